@@ -1,0 +1,94 @@
+"""Atomic file writes and provenance: every output another stage reads is renamed into place whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_lines(path: str | os.PathLike, lines: list[str]) -> None:
+    """Write one line per item, each ending in a newline."""
+    atomic_write_text(path, "".join(f"{line}\n" for line in lines))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    import torch
+
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    from .errors import LnReproError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError as e:
+        raise LnReproError(f"{path}: file not found") from e
+    except json.JSONDecodeError as e:
+        raise LnReproError(f"{path}: not valid JSON ({e})") from e
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """Lines of a UTF-8 text file without their newlines."""
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def cpu_name() -> str:
+    """The CPU model as /proc/cpuinfo names it (platform.processor() is often empty on Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def where_ran(device: str | None = None) -> dict[str, Any]:
+    """Host, device and SLURM job id (when there is one) for the JSON a job writes."""
+    return {
+        "host": socket.gethostname(),
+        "device": device or cpu_name(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }

@@ -1,0 +1,66 @@
+"""The demo DAG end to end through the snakemake command line (one shared run per session)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from conftest import REPO, DemoRun, snakemake
+
+DEMO_RUNS = ["postln_warmup_isqrt", "preln_nowarmup_step8", "postln_nowarmup_isqrt", "preln_warmup_isqrt", "preln_nowarmup_isqrt"]
+DEMO_EPOCHS = 6
+
+
+def test_report_has_one_bleu_per_run_per_epoch(demo_run: DemoRun) -> None:
+    report = demo_run.exp_dir / "report"
+    html = (report / "index.html").read_text(encoding="utf-8")
+    assert "figure4" in html
+    table = pd.read_csv(report / "tables" / "per_epoch.csv")
+    for run in DEMO_RUNS:
+        rows = table[table["run"] == run]
+        assert sorted(rows["epoch"].tolist()) == list(range(1, DEMO_EPOCHS + 1)), run
+        assert rows["valid_bleu_tok"].notna().all(), run
+        assert run in html
+
+
+def test_every_epoch_was_scored(demo_run: DemoRun) -> None:
+    for run in DEMO_RUNS:
+        rd = demo_run.exp_dir / "runs" / run / "seed1"
+        for ep in range(1, DEMO_EPOCHS + 1):
+            result = json.loads((rd / "eval" / f"epoch{ep:03d}.json").read_text())
+            manifest = json.loads((rd / "epochs" / f"epoch{ep:03d}.json").read_text())
+            assert result["status"] == manifest["status"]
+            if result["status"] == "ok":
+                assert 0.0 <= result["splits"]["valid"]["bleu_tok"] <= 100.0
+
+
+def test_confounds_flag_figure4_schedule(demo_run: DemoRun) -> None:
+    text = (demo_run.exp_dir / "report" / "confounds.md").read_text(encoding="utf-8")
+    line = next(line for line in text.splitlines() if "figure4" in line)
+    assert "schedule.warmup" in line and "schedule.decay" in line
+
+
+def test_second_invocation_has_nothing_to_do(demo_run: DemoRun) -> None:
+    proc = snakemake(demo_run.workdir, "-n", "--configfile", "presets/demo.yaml")
+    assert re.search(r"Nothing to be done", proc.stdout + proc.stderr), proc.stdout + proc.stderr
+
+
+def test_named_target_builds_only_that_far(tmp_path: Path) -> None:
+    from conftest import copy_repo
+
+    work = copy_repo(tmp_path / "repo")
+    proc = snakemake(work, "-n", "--configfile", "presets/demo.yaml", "bpe")
+    out = proc.stdout + proc.stderr
+    assert "apply_bpe" in out and "train_run" not in out and "score_checkpoint" not in out
+
+
+def test_paper_dag_lists_every_job() -> None:
+    proc = snakemake(REPO, "-n", "--quiet", "rules")
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout + proc.stderr, flags=re.M))
+    assert counts["fetch_archive"] == "1" and counts["prepare_corpus"] == "1"
+    assert counts["train_run"] == "24"  # 8 runs x 3 seeds
+    assert counts["score_checkpoint"] == str(24 * 20)
+    assert counts["make_report"] == "1" and counts["gradinit"] == "1"
