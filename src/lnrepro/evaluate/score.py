@@ -1,0 +1,222 @@
+"""Score one checkpoint: validation loss, beam search, tokenized BLEU and sacreBLEU for every listed split.
+
+``score_checkpoint`` is the ``score_checkpoint`` rule's job (design.md, issue 5). It reads one epoch
+manifest and ``eval.json`` and writes ``eval/epochNNN.json`` plus ``eval/epochNNN.{split}.hyp``
+(the tokenized, lowercased hypotheses, one per source line, in input order: the text tokenized BLEU
+scores; sacreBLEU scores their Moses-detokenized form). Fields: docs/outputs.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import LnReproError
+from ..io import atomic_write_json, atomic_write_lines, cpu_name, read_json, read_lines, where_ran
+from ..vocab import PAD
+from .bleu import detok_sacrebleu, ids_to_text, load_spm, tokenized_bleu
+from .search import length_batches, translate
+
+__all__ = ["score_checkpoint", "validation_loss", "read_eval_config", "EVAL_KEYS"]
+
+LN2 = math.log(2.0)
+_LINE_BREAKS = {ord(c): " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+# key -> (accepted types, check, what is expected); every key is required (the config's eval section)
+EVAL_KEYS: dict[str, tuple[tuple[type, ...], Any, str]] = {
+    "beam": ((int,), lambda v: v >= 1, "an integer >= 1"),
+    "lenpen": ((int, float), lambda v: math.isfinite(v), "a number"),
+    "splits": ((list,), lambda v: len(v) > 0 and all(s in ("train", "valid", "test") for s in v),
+               "a non-empty list of 'train', 'valid', 'test'"),
+    "max_len_a": ((int, float), lambda v: v >= 0, "a number >= 0"),
+    "max_len_b": ((int,), lambda v: v >= 1, "an integer >= 1"),
+    "max_tokens": ((int,), lambda v: v >= 1, "an integer >= 1"),
+    "precision": ((str,), lambda v: v in ("fp32", "bf16"), "'fp32' or 'bf16'"),
+    "label_smoothing": ((int, float), lambda v: 0 <= v < 1, "a number in [0, 1)"),
+}
+
+
+def read_eval_config(path: Path) -> dict:
+    """Read and check eval.json; a missing or malformed key is an LnReproError naming it."""
+    cfg = read_json(path)
+    if not isinstance(cfg, dict):
+        raise LnReproError(f"{path}: expected a JSON object with keys {sorted(EVAL_KEYS)}")
+    for key, (types, check, expected) in EVAL_KEYS.items():
+        if key not in cfg:
+            raise LnReproError(f"{path}: missing key '{key}' (expected {expected})")
+        v = cfg[key]
+        if isinstance(v, bool) or not isinstance(v, types) or not check(v):
+            raise LnReproError(f"{path}: key '{key}' = {v!r}; expected {expected}")
+    return cfg
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_manifest(manifest: Path) -> dict:
+    m = read_json(manifest)
+    if not isinstance(m, dict) or "status" not in m or "epoch" not in m:
+        raise LnReproError(f"{manifest}: not an epoch manifest (expected keys 'epoch', 'status', 'weights', 'sha256')")
+    if m["status"] not in ("ok", "diverged", "stopped"):
+        raise LnReproError(f"{manifest}: status {m['status']!r}; expected 'ok', 'diverged' or 'stopped'")
+    return m
+
+
+def _weights_path(manifest: Path, m: dict) -> Path:
+    """The manifest's weights, relative to the run dir (manifest = run_dir/epochs/epochNNN.json), sha256-checked."""
+    if not m.get("weights") or not m.get("sha256"):
+        raise LnReproError(f"{manifest}: status 'ok' but 'weights' or 'sha256' is missing")
+    path = manifest.resolve().parent.parent / m["weights"]
+    if not path.is_file():
+        raise LnReproError(f"{path}: weights file named by {manifest} not found")
+    digest = _sha256(path)
+    if digest != m["sha256"]:
+        raise LnReproError(f"{path}: corrupt checkpoint (sha256 {digest[:12]}... but {manifest} records "
+                           f"{str(m['sha256'])[:12]}...)")
+    return path
+
+
+@torch.no_grad()
+def validation_loss(model: torch.nn.Module, src: list[list[int]], tgt: list[list[int]], eps: float,
+                    max_tokens: int, precision: str = "fp32") -> dict:
+    """Teacher-forced label-smoothed loss and NLL per target token (EOS counted, padding not), nats and base 2.
+
+    fairseq's validation loss: sums over the split divided by the number of target tokens (sample_size
+    without --sentence-avg); fairseq logs them divided by ln 2 (base 2).
+    """
+    from ..train.batching import collate
+    from ..train.loss import label_smoothed_nll_loss
+
+    device = next(model.parameters()).device
+    model.eval()
+    loss_sum = nll_sum = 0.0
+    ntok = 0
+    lens = [max(len(s), len(t)) for s, t in zip(src, tgt)]
+    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    with autocast:
+        for idx in length_batches(lens, max_tokens):
+            s, prev, target = collate([src[i] for i in idx], [tgt[i] for i in idx])
+            s, prev, target = s.to(device), prev.to(device), target.to(device)
+            logits = model(s, prev)
+            loss, nll = label_smoothed_nll_loss(logits.float(), target, eps, ignore_index=PAD)
+            loss_sum += float(loss)
+            nll_sum += float(nll)
+            ntok += int(target.ne(PAD).sum())
+    if ntok == 0:
+        raise ValueError("validation_loss: no target tokens")
+    loss, nll = loss_sum / ntok, nll_sum / ntok
+    return {"loss": loss, "nll": nll, "loss_base2": loss / LN2, "nll_base2": nll / LN2, "tokens": ntok}
+
+
+def _hyp_path(out_json: Path, split: str) -> Path:
+    """eval/epochNNN.json -> eval/epochNNN.{split}.hyp (the rule's declared outputs)."""
+    return out_json.parent / f"{out_json.stem}.{split}.hyp"
+
+
+def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_dir: Path, out_json: Path,
+                     threads: int) -> dict:
+    """Evaluate the checkpoint a manifest names on every split of eval.json; write out_json and the .hyp files."""
+    t0 = time.perf_counter()
+    manifest, eval_json, bpe_dir, prepared_dir, out_json = map(Path, (manifest, eval_json, bpe_dir, prepared_dir,
+                                                                     out_json))
+    torch.set_num_threads(max(1, int(threads)))
+    cfg = read_eval_config(eval_json)
+    m = _read_manifest(manifest)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    splits: list[str] = list(cfg["splits"])
+    decode = {k: cfg[k] for k in ("beam", "lenpen", "max_len_a", "max_len_b", "max_tokens", "precision")}
+    decode.update(min_len=1, unk_penalty=0.0, cached=True, label_smoothing=cfg["label_smoothing"])
+    result: dict[str, Any] = {
+        "epoch": int(m["epoch"]),
+        "status": m["status"],
+        "run": m.get("run"),
+        "seed": m.get("seed"),
+        "updates": m.get("updates"),
+        "weights": m.get("weights"),
+        "weights_sha256": m.get("sha256"),
+        "manifest": str(manifest),
+        "decode": decode,
+        "threads": int(threads),
+        "torch": torch.__version__,
+        "where_ran": where_ran(dev_name),
+    }
+
+    if m["status"] != "ok":
+        # diverged (or stopped early): nothing to decode; the declared .hyp outputs exist and are empty
+        for split in splits:
+            atomic_write_lines(_hyp_path(out_json, split), [])
+        result["splits"] = {split: None for split in splits}
+        result["wall_s"] = time.perf_counter() - t0
+        atomic_write_json(out_json, result)
+        return result
+
+    from ..model import load_model
+    from ..train.batching import read_ids
+
+    weights = _weights_path(manifest, m)
+    sp = load_spm(bpe_dir / "spm.model")
+    model = load_model(weights, device=device)
+    result["model_config"] = dict(vars(model.cfg)) if hasattr(model, "cfg") else None
+
+    per_split: dict[str, Any] = {}
+    hyp_lines: dict[str, list[str]] = {}
+    for split in splits:
+        src_path, tgt_path = bpe_dir / f"{split}.de.ids", bpe_dir / f"{split}.en.ids"
+        ref_path, raw_path = prepared_dir / f"{split}.en", prepared_dir / f"{split}.raw.en"
+        src, tgt = read_ids(src_path), read_ids(tgt_path)
+        try:
+            refs, raw = read_lines(ref_path), read_lines(raw_path)
+        except FileNotFoundError as e:
+            raise LnReproError(f"{e.filename}: reference file not found") from e
+        counts = {src_path: len(src), tgt_path: len(tgt), ref_path: len(refs), raw_path: len(raw)}
+        if len(set(counts.values())) != 1 or not src:
+            raise LnReproError(f"split '{split}': line counts differ or are zero: "
+                               + ", ".join(f"{p}={n}" for p, n in counts.items()))
+
+        losses = validation_loss(model, src, tgt, float(cfg["label_smoothing"]), int(cfg["max_tokens"]),
+                                 cfg["precision"])
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        td = time.perf_counter()
+        out_ids = translate(model, src, beam=int(cfg["beam"]), lenpen=float(cfg["lenpen"]),
+                            max_tokens=int(cfg["max_tokens"]), max_len_a=cfg["max_len_a"],
+                            max_len_b=int(cfg["max_len_b"]), precision=cfg["precision"],
+                            desc=f"epoch{int(m['epoch']):03d} {split}")
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        decode_s = time.perf_counter() - td
+        # a generated byte sequence could decode to a line-break character; keep one hypothesis per line
+        hyps = [" ".join(ids_to_text(sp, ids).translate(_LINE_BREAKS).split()) for ids in out_ids]
+        tok = tokenized_bleu(hyps, refs, what=f"{ref_path}")
+        sac = detok_sacrebleu(hyps, raw, what=f"{raw_path}")
+        hyp_lines[split] = hyps
+        per_split[split] = {
+            **{k: losses[k] for k in ("loss", "nll", "loss_base2", "nll_base2")},
+            "target_tokens": losses["tokens"],
+            "bleu_tok": tok.score,
+            "bleu_tok_detail": tok.as_dict(),
+            "sacrebleu": sac.score,
+            "sacrebleu_signature": sac.signature,
+            "sacrebleu_detail": sac.as_dict(),
+            "sentences": len(src),
+            "decode_s": decode_s,
+            "sent_per_s": len(src) / decode_s if decode_s > 0 else None,
+        }
+
+    for split, hyps in hyp_lines.items():
+        atomic_write_lines(_hyp_path(out_json, split), hyps)
+    result["splits"] = per_split
+    result["wall_s"] = time.perf_counter() - t0
+    atomic_write_json(out_json, result)
+    return result

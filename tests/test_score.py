@@ -1,0 +1,189 @@
+"""score_checkpoint end to end on a tiny synthetic translation task (a word-for-word mapping).
+
+A model trained here for a few hundred updates must score far above an untrained one; diverged manifests,
+corrupt weights and bad eval.json are handled as design.md says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from lnrepro.errors import LnReproError
+from lnrepro.evaluate.bleu import tokenized_bleu
+from lnrepro.evaluate.score import score_checkpoint
+from lnrepro.io import atomic_torch_save, read_lines
+
+torch.set_num_threads(1)
+
+DE = ["eins", "zwei", "drei", "vier", "fuenf", "sechs", "sieben", "acht"]
+EN = ["one", "two", "three", "four", "five", "six", "seven", "eight"]
+EVAL = {"beam": 4, "lenpen": 1.0, "splits": ["valid", "test"], "max_len_a": 0, "max_len_b": 20,
+        "max_tokens": 400, "precision": "fp32", "label_smoothing": 0.1}
+
+
+def _pairs(n: int, rng: random.Random) -> list[tuple[str, str, str]]:
+    """(de tokenized, en tokenized, en raw): the raw side is capitalized with the period attached."""
+    out = []
+    for _ in range(n):
+        idx = [rng.randrange(len(DE)) for _ in range(rng.randint(2, 6))]
+        de = " ".join(DE[i] for i in idx) + " ."
+        en_words = [EN[i] for i in idx]
+        en = " ".join(en_words) + " ."
+        raw = " ".join([en_words[0].capitalize()] + en_words[1:]) + "."
+        out.append((de, en, raw))
+    return out
+
+
+def _ids_line(sp, text: str) -> str:
+    return " ".join(map(str, sp.encode(text)))
+
+
+def _save_weights(model, run_dir, epoch: int, status: str = "ok") -> "tuple":
+    from lnrepro.model.transformer import weights_blob
+
+    manifest = run_dir / "epochs" / f"epoch{epoch:03d}.json"
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    if status != "ok":
+        manifest.write_text(json.dumps({"epoch": epoch, "status": status, "weights": None, "sha256": None}))
+        return manifest, None
+    rel = f"state/epochs/epoch{epoch:03d}.pt"
+    path = run_dir / rel
+    atomic_torch_save(weights_blob(model), path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    manifest.write_text(json.dumps({"epoch": epoch, "status": "ok", "weights": rel, "sha256": digest,
+                                    "updates": 0}))
+    return manifest, path
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    """Prepared text, BPE ids, an untrained (epoch 1) and a trained (epoch 2) checkpoint."""
+    pytest.importorskip("lnrepro.model")
+    import sentencepiece as spm
+
+    from lnrepro.model import ModelConfig, Transformer
+    from lnrepro.train.batching import collate, read_ids
+    from lnrepro.train.loss import label_smoothed_nll_loss
+
+    root = tmp_path_factory.mktemp("score")
+    prepared, bpe, run = root / "prepared", root / "bpe", root / "run"
+    prepared.mkdir()
+    bpe.mkdir()
+    rng = random.Random(0)
+    data = {"train": _pairs(600, rng), "valid": _pairs(30, rng), "test": _pairs(30, rng)}
+    for split, rows in data.items():
+        (prepared / f"{split}.de").write_text("".join(r[0] + "\n" for r in rows))
+        (prepared / f"{split}.en").write_text("".join(r[1] + "\n" for r in rows))
+        if split != "train":
+            (prepared / f"{split}.raw.en").write_text("".join(r[2] + "\n" for r in rows))
+    corpus = root / "corpus.txt"
+    corpus.write_text("".join(r[0] + "\n" + r[1] + "\n" for r in data["train"]))
+    spm.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(bpe / "spm"), vocab_size=300, model_type="bpe",
+        bos_id=0, pad_id=1, eos_id=2, unk_id=3, byte_fallback=True, character_coverage=1.0,
+        normalization_rule_name="identity", hard_vocab_limit=False, minloglevel=2,
+    )
+    sp = spm.SentencePieceProcessor(model_file=str(bpe / "spm.model"))
+    for split, rows in data.items():
+        (bpe / f"{split}.de.ids").write_text("".join(_ids_line(sp, r[0]) + "\n" for r in rows))
+        (bpe / f"{split}.en.ids").write_text("".join(_ids_line(sp, r[1]) + "\n" for r in rows))
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=sp.get_piece_size(), encoder_layers=2, decoder_layers=2, d_model=64, heads=4,
+                      ffn_dim=128, dropout=0.0, norm="pre")
+    model = Transformer(cfg)
+    untrained, _ = _save_weights(model.eval(), run, 1)
+
+    src, tgt = read_ids(bpe / "train.de.ids"), read_ids(bpe / "train.en.ids")
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
+    model.train()
+    g = random.Random(1)
+    for _ in range(250):
+        idx = g.sample(range(len(src)), 32)
+        s, prev, target = collate([src[i] for i in idx], [tgt[i] for i in idx])
+        loss, _ = label_smoothed_nll_loss(model(s, prev), target, 0.1)
+        opt.zero_grad()
+        (loss / target.ne(1).sum()).backward()
+        opt.step()
+    trained, trained_path = _save_weights(model.eval(), run, 2)
+    diverged, _ = _save_weights(model, run, 3, status="diverged")
+    eval_json = root / "eval.json"
+    eval_json.write_text(json.dumps(EVAL))
+    return dict(root=root, prepared=prepared, bpe=bpe, run=run, untrained=untrained, trained=trained,
+                trained_path=trained_path, diverged=diverged, eval_json=eval_json)
+
+
+def _score(task, manifest, name=None):
+    out = task["run"] / "eval" / (name or manifest.name)
+    return score_checkpoint(manifest, task["eval_json"], task["bpe"], task["prepared"], out, threads=1), out
+
+
+def test_trained_model_scores_well_above_untrained(task):
+    res_u, _ = _score(task, task["untrained"])
+    res_t, out = _score(task, task["trained"])
+    for split in ("valid", "test"):
+        u, t = res_u["splits"][split], res_t["splits"][split]
+        assert t["bleu_tok"] > 60 and t["bleu_tok"] > u["bleu_tok"] + 40
+        assert t["sacrebleu"] > 60 and t["sacrebleu"] > u["sacrebleu"] + 40
+        assert t["loss"] < u["loss"] and t["nll"] < t["loss"]
+        assert t["loss_base2"] == pytest.approx(t["loss"] / math.log(2))
+        assert t["nll_base2"] == pytest.approx(t["nll"] / math.log(2))
+        assert "case:lc" in t["sacrebleu_signature"]
+        assert t["sentences"] == 30 and t["sent_per_s"] > 0 and t["decode_s"] > 0
+    # the written JSON is what was returned; the .hyp files hold the tokenized hypotheses that were scored
+    assert json.loads(out.read_text()) == json.loads(json.dumps(res_t))
+    assert res_t["epoch"] == 2 and res_t["status"] == "ok" and res_t["decode"]["beam"] == 4
+    assert set(res_t["where_ran"]) >= {"host", "device", "slurm_job_id"}
+    hyp = read_lines(out.parent / "epoch002.test.hyp")
+    assert len(hyp) == 30
+    refs = read_lines(task["prepared"] / "test.en")
+    assert tokenized_bleu(hyp, refs).score == pytest.approx(res_t["splits"]["test"]["bleu_tok"])
+
+
+def test_diverged_manifest_gives_diverged_result_without_decoding(task):
+    res, out = _score(task, task["diverged"])
+    assert res["status"] == "diverged" and res["splits"] == {"valid": None, "test": None}
+    assert json.loads(out.read_text())["status"] == "diverged"
+    for split in ("valid", "test"):
+        assert (out.parent / f"epoch003.{split}.hyp").read_text() == ""
+
+
+def test_corrupt_weights_named(task, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(task["run"] / "epochs", run / "epochs")
+    (run / "state" / "epochs").mkdir(parents=True)
+    bad = run / "state" / "epochs" / "epoch002.pt"
+    data = bytearray(task["trained_path"].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    with pytest.raises(LnReproError, match=r"epoch002\.pt: corrupt checkpoint"):
+        score_checkpoint(run / "epochs" / "epoch002.json", task["eval_json"], task["bpe"], task["prepared"],
+                         tmp_path / "out.json", threads=1)
+    bad.unlink()
+    with pytest.raises(LnReproError, match="not found"):
+        score_checkpoint(run / "epochs" / "epoch002.json", task["eval_json"], task["bpe"], task["prepared"],
+                         tmp_path / "out.json", threads=1)
+    assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize("key,value,msg", [("beam", None, "missing key 'beam'"),
+                                           ("precision", "fp16", "key 'precision'"),
+                                           ("splits", [], "key 'splits'")])
+def test_bad_eval_json(task, tmp_path, key, value, msg):
+    cfg = dict(EVAL)
+    if value is None:
+        del cfg[key]
+    else:
+        cfg[key] = value
+    bad = tmp_path / "eval.json"
+    bad.write_text(json.dumps(cfg))
+    with pytest.raises(LnReproError, match=msg):
+        score_checkpoint(task["diverged"], bad, task["bpe"], task["prepared"], tmp_path / "o.json", threads=1)

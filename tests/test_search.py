@@ -1,0 +1,280 @@
+"""Beam search and greedy decoding: hand-computed hypotheses, beam 1 == greedy, cached == uncached."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lnrepro.evaluate.search import beam_search, beam_search_nbest, greedy, length_batches, pad_batch, translate
+from lnrepro.vocab import BOS, EOS, PAD, UNK
+
+torch.set_num_threads(1)
+
+NEG = -math.inf
+
+
+# ------------------------------------------------------------------------------------------ fake models
+
+
+class FakeEnc:
+    """Stands in for EncoderOut: keeps the source so the fake decoder can check beam/batch alignment."""
+
+    def __init__(self, src: torch.Tensor):
+        self.src = src
+
+    def reorder(self, index: torch.Tensor) -> "FakeEnc":
+        return FakeEnc(self.src.index_select(0, index))
+
+
+class FakeCache:
+    """Stands in for KVCache: stores the decoder input so far, reordered in place like the real one."""
+
+    def __init__(self):
+        self.tokens: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.tokens is None else self.tokens.size(1)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.tokens = self.tokens.index_select(0, index)
+
+
+class TableModel:
+    """Next-token logits = ``table[key(prefix, src)]``: Markov on the last token, or hashed on the history."""
+
+    def __init__(self, table: torch.Tensor, history: bool = False):
+        self.table = table
+        self.history = history
+
+    def encode(self, src):
+        return FakeEnc(src)
+
+    def new_cache(self):
+        return FakeCache()
+
+    def _key(self, prefix: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        if not self.history:
+            return prefix[:, -1]
+        t = prefix.size(1)
+        return (prefix.sum(1) * 7 + t * 3 + src[:, 0] * 5 + src.ne(PAD).sum(1)) % self.table.size(0)
+
+    def decode(self, prev, enc, cache=None):
+        assert prev.size(0) == enc.src.size(0), "encoder output not reordered with the beams"
+        if cache is not None:
+            full = prev if cache.tokens is None else torch.cat([cache.tokens, prev], 1)
+            cache.tokens = full
+            new = prev.size(1)
+        else:
+            full, new = prev, prev.size(1)
+        T = full.size(1)
+        out = [self.table[self._key(full[:, : t + 1], enc.src)] for t in range(T - new, T)]
+        return torch.stack(out, 1)
+
+
+def markov(rows: dict[int, dict[int, float]], V: int) -> TableModel:
+    """A Markov model from {previous token: {next token: probability}} (missing entries: probability 0)."""
+    table = torch.full((V, V), NEG)
+    for prev, dist in rows.items():
+        for tok, p in dist.items():
+            table[prev, tok] = math.log(p)
+    return TableModel(table)
+
+
+def random_history_model(V: int = 9, M: int = 37, seed: int = 0, sharp: float = 2.0) -> TableModel:
+    g = torch.Generator().manual_seed(seed)
+    return TableModel(torch.randn(M, V, generator=g) * sharp, history=True)
+
+
+A, B = 4, 5  # two "word" tokens after the specials <s>=0 <pad>=1 </s>=2 <unk>=3
+
+# P(.|start=EOS) a .6 b .4; P(.|a) EOS .55 a .45; P(.|b) EOS .3 b .7
+HAND = {EOS: {A: 0.6, B: 0.4}, A: {EOS: 0.55, A: 0.45}, B: {EOS: 0.3, B: 0.7}}
+
+
+def src_of(*lens: int) -> torch.Tensor:
+    return pad_batch([[6 + (i % 3)] * (n - 1) + [EOS] for i, n in enumerate(lens)])
+
+
+# ------------------------------------------------------------------------------------------ hand computed
+
+
+def test_hand_computed_beam2_lenpen1():
+    """Worked by hand with beam 2.
+
+    step 0 (EOS banned): a .6, b .4 -> beams [a], [b].
+    step 1 candidates: aE .33, bb .28, aa .27, bE .12 -> aE in the top 2: finalize [a] (lprob ln .33, length 2);
+           continue with bb, aa.
+    step 2 candidates: bbb .196, aaE .1485, aaa .1215, bbE .084 -> aaE in the top 2: finalize [a a]
+           (ln .1485, length 3); the sentence has 2 finalized hypotheses and stops.
+    lenpen 1: [a] = ln(.33)/2 = -0.554 beats [a a] = ln(.1485)/3 = -0.636.
+    """
+    model = markov(HAND, V=6)
+    nbest = beam_search_nbest(model, src_of(3), beam=2, lenpen=1.0)[0]
+    assert [h.tokens for h in nbest] == [[A], [A, A]]
+    assert nbest[0].score == pytest.approx(math.log(0.33) / 2, abs=1e-6)
+    assert nbest[1].score == pytest.approx(math.log(0.1485) / 3, abs=1e-6)
+    assert nbest[1].lprob == pytest.approx(math.log(0.1485), abs=1e-6)
+    assert nbest[1].positional_scores == pytest.approx([math.log(0.6), math.log(0.45), math.log(0.55)], abs=1e-6)
+    best = beam_search(model, src_of(3), beam=2, lenpen=1.0)[0]
+    assert best.tokens == [A]
+
+
+def test_hand_computed_length_penalty_changes_winner():
+    """Same search, lenpen 2: [a] = ln(.33)/4 = -0.277 loses to [a a] = ln(.1485)/9 = -0.212."""
+    model = markov(HAND, V=6)
+    best = beam_search(model, src_of(3), beam=2, lenpen=2.0)[0]
+    assert best.tokens == [A, A]
+    assert best.score == pytest.approx(math.log(0.1485) / 9, abs=1e-6)
+    # lenpen 0: raw log-probabilities, the short one wins
+    assert beam_search(model, src_of(3), beam=2, lenpen=0.0)[0].score == pytest.approx(math.log(0.33), abs=1e-6)
+
+
+def test_eos_only_accepted_in_top_beam():
+    """An EOS candidate ranked below the top `beam` is not finalized (fairseq), though it is a candidate.
+
+    beam 1 (2 candidates per step), max_len 2: step 0 -> [a] (.6). step 1 from a: a .35, EOS .34, b .31:
+    the candidates are a, EOS; EOS is 2nd, not in the top 1, so [a] is NOT finalized; [a a] continues.
+    step 2 = max_len: EOS forced -> [a a] with ln(.6 * .35 * .34).
+    """
+    model = markov({EOS: {A: 0.6, B: 0.4}, A: {A: 0.35, EOS: 0.34, B: 0.31}, B: {EOS: 1.0}}, V=6)
+    h = beam_search_nbest(model, src_of(3), beam=1, lenpen=1.0, max_len_b=2)[0]
+    assert [x.tokens for x in h] == [[A, A]]
+    assert h[0].lprob == pytest.approx(math.log(0.6 * 0.35 * 0.34), abs=1e-6)
+    assert greedy(model, src_of(3), max_len_b=2) == [[A, A]]
+
+
+def test_max_len_forces_eos_and_min_len_bans_it():
+    rarely_eos = markov({EOS: {A: 1.0}, A: {A: 0.9, EOS: 0.1}}, V=6)
+    out = translate(rarely_eos, [[7, 7, EOS], [7, EOS]], beam=1, max_len_a=0, max_len_b=4, progress=False)
+    assert out == [[A] * 4, [A] * 4]
+    # max_len_a: a * src_len + b, src_len counting EOS
+    out = translate(rarely_eos, [[7, 7, EOS], [7, EOS]], beam=1, max_len_a=1, max_len_b=1, progress=False)
+    assert out == [[A] * 4, [A] * 3]
+    # beam 2 (n-best): every finalized hypothesis respects the bound, the longest ends at the forced EOS
+    for n in beam_search_nbest(rarely_eos, src_of(3, 2), beam=2, max_len_b=4):
+        assert max(len(h.tokens) for h in n) <= 4
+    # min length 1: EOS has probability 1 at step 0 but is banned, so one real token is produced
+    eos_first = markov({EOS: {EOS: 0.99, B: 0.01}, B: {EOS: 1.0}}, V=6)
+    assert greedy(eos_first, src_of(2)) == [[B]]
+    assert beam_search(eos_first, src_of(2), beam=2)[0].tokens == [B]
+
+
+def test_pad_never_generated():
+    table = torch.zeros(6, 6)
+    table[:, PAD] = 10.0  # PAD is by far the most probable token everywhere
+    table[:, EOS] = 5.0
+    model = TableModel(table)
+    for beam in (1, 2, 4):
+        out = translate(model, [[7, EOS]], beam=beam, max_len_b=5, progress=False)[0]
+        assert PAD not in out
+
+
+def test_ties_are_broken_by_lowest_token_id():
+    """A uniform distribution: every decision is a tie; the lowest id wins (BOS=0 first, PAD excluded)."""
+    model = TableModel(torch.zeros(6, 6))
+    assert greedy(model, src_of(2), max_len_b=3) == [[BOS, BOS, BOS]]
+    a = beam_search(model, src_of(2, 3), beam=3, max_len_b=3)
+    b = beam_search(model, src_of(2, 3), beam=3, max_len_b=3)
+    assert [h.tokens for h in a] == [h.tokens for h in b]
+    assert a[0].tokens == [BOS]  # [<s>] then EOS, the first finalized among equal scores
+
+
+# ------------------------------------------------------------------------------------------ consistency
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam1_equals_greedy_fake(seed):
+    model = random_history_model(seed=seed)
+    src = src_of(3, 5, 2, 4, 6)
+    g = greedy(model, src, max_len_b=12)
+    b = [h.tokens for h in beam_search(model, src, beam=1, max_len_b=12)]
+    assert g == b
+
+
+@pytest.mark.parametrize("beam", [2, 4])
+def test_cached_equals_uncached_fake(beam):
+    model = random_history_model(seed=3, sharp=1.0)
+    src = src_of(3, 5, 2, 4, 6, 3)
+    cached = beam_search_nbest(model, src, beam=beam, lenpen=1.2, max_len_b=10, cached=True)
+    uncached = beam_search_nbest(model, src, beam=beam, lenpen=1.2, max_len_b=10, cached=False)
+    assert [[h.tokens for h in n] for n in cached] == [[h.tokens for h in n] for n in uncached]
+    for nc, nu in zip(cached, uncached):
+        assert [h.score for h in nc] == pytest.approx([h.score for h in nu])
+    assert greedy(model, src, cached=True) == greedy(model, src, cached=False)
+
+
+def test_batched_equals_one_by_one_and_order_kept():
+    model = random_history_model(seed=4, sharp=1.0)
+    seqs = [[6 + (i % 3)] * (1 + (i * 7) % 5) + [EOS] for i in range(9)]
+    one = [beam_search(model, pad_batch([s]), beam=3, lenpen=1.2, max_len_b=8)[0].tokens for s in seqs]
+    for max_tokens in (1, 7, 10_000):
+        out = translate(model, seqs, beam=3, lenpen=1.2, max_tokens=max_tokens, max_len_b=8, progress=False)
+        assert out == one
+
+
+def test_length_batches_bound_and_cover():
+    lens = [5, 1, 9, 3, 3, 7, 2, 9, 4]
+    batches = length_batches(lens, max_tokens=12)
+    assert sorted(i for b in batches for i in b) == list(range(len(lens)))
+    for b in batches:
+        assert len(b) * max(lens[i] for i in b) <= 12 or len(b) == 1
+
+
+def test_best_hypothesis_has_highest_normalized_score():
+    model = random_history_model(seed=5, sharp=0.5)
+    for n in beam_search_nbest(model, src_of(3, 4), beam=4, lenpen=1.2, max_len_b=10):
+        assert len(n) == 4
+        assert n[0].score == max(h.score for h in n)
+        for h in n:
+            assert h.score == pytest.approx(sum(h.positional_scores) / (len(h.tokens) + 1) ** 1.2, abs=1e-5)
+            assert EOS not in h.tokens and PAD not in h.tokens
+
+
+# ------------------------------------------------------------------------------------------ real model
+
+
+def _tiny_model(norm: str):
+    model_mod = pytest.importorskip("lnrepro.model")
+    torch.manual_seed(0)
+    cfg = model_mod.ModelConfig(vocab_size=23, encoder_layers=2, decoder_layers=2, d_model=16, heads=2,
+                                ffn_dim=32, dropout=0.0, norm=norm)
+    m = model_mod.Transformer(cfg).eval()
+    # random init gives near-uniform outputs; sharpen them so beams differ and EOS happens
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(3.0)
+    return m
+
+
+def _real_src():
+    g = torch.Generator().manual_seed(1)
+    return pad_batch([torch.randint(4, 23, (n,), generator=g).tolist() + [EOS] for n in (3, 7, 5, 1)])
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_real_model_cached_equals_uncached(norm):
+    m = _tiny_model(norm)
+    src = _real_src()
+    a = beam_search_nbest(m, src, beam=3, lenpen=1.2, max_len_b=12, cached=True)
+    b = beam_search_nbest(m, src, beam=3, lenpen=1.2, max_len_b=12, cached=False)
+    assert [[h.tokens for h in n] for n in a] == [[h.tokens for h in n] for n in b]
+    for na, nb in zip(a, b):
+        assert [h.score for h in na] == pytest.approx([h.score for h in nb], abs=1e-4)
+    assert greedy(m, src, max_len_b=12, cached=True) == greedy(m, src, max_len_b=12, cached=False)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_real_model_beam1_equals_greedy(norm):
+    m = _tiny_model(norm)
+    src = _real_src()
+    assert greedy(m, src, max_len_b=12) == [h.tokens for h in beam_search(m, src, beam=1, max_len_b=12)]
+
+
+def test_real_model_bf16_translate_runs():
+    m = _tiny_model("pre")
+    seqs = [[5, 6, 7, EOS], [8, EOS], [9, 10, EOS]]
+    out = translate(m, seqs, beam=2, max_len_b=6, precision="bf16", progress=False)
+    assert len(out) == 3 and all(1 <= len(o) <= 6 and EOS not in o and PAD not in o for o in out)
