@@ -1,0 +1,78 @@
+"""Multi30k: fetched through the shared mirror (checksum-verified), prepared with the IWSLT text pipeline."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from fixtures_iwslt import closed_port
+from lnrepro.data.multi30k import fetch_multi30k, file_names, prepare_multi30k
+from lnrepro.errors import LnReproError
+from lnrepro.io import read_lines
+
+MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def _sha256sums() -> dict[str, str]:
+    return {name: digest for digest, name in
+            (line.split() for line in (MIRROR / "SHA256SUMS").read_text().splitlines() if line.strip())}
+
+
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="../shared/data/multi30k (the local mirror) is not present")
+def test_multi30k_through_the_mirror(tmp_path):
+    cfg = {"url": f"http://127.0.0.1:{closed_port()}/data/task1/raw/", "mirror": str(MIRROR),
+           "sha256": _sha256sums(), "clean": None, "expected_counts": {"train": 29000, "valid": 1014, "test": 1000}}
+    files = fetch_multi30k(tmp_path / "downloads", cfg)
+    assert sorted(p.name for p in (tmp_path / "downloads").iterdir()) == sorted(file_names(cfg).values())
+    out = tmp_path / "prepared"
+    stats = prepare_multi30k(files, out, cfg, threads=1)
+    assert stats["lines"] == {"train": 29000, "valid": 1014, "test": 1000}
+    assert read_lines(out / "valid.de")[1] == "ein mann schläft in einem grünen raum auf einem sofa ."
+    assert read_lines(out / "valid.raw.de")[1] == "Ein Mann schläft in einem grünen Raum auf einem Sofa."
+    assert len(read_lines(out / "test.raw.en")) == 1000
+    assert stats["source"]["train.de"]["sha256"] == cfg["sha256"]["train.de.gz"]
+
+
+@pytest.mark.skipif(not MIRROR.is_dir(), reason="../shared/data/multi30k (the local mirror) is not present")
+def test_mirror_with_wrong_digest_is_refused(tmp_path):
+    cfg = {"url": "", "mirror": str(MIRROR), "sha256": {**_sha256sums(), "val.en.gz": "0" * 64}}
+    with pytest.raises(LnReproError, match=r"defaults\.data\.multi30k\.sha256\.val\.en\.gz"):
+        fetch_multi30k(tmp_path / "downloads", cfg)
+    assert not (tmp_path / "downloads" / "val.en.gz").exists()
+
+
+def _write_gz(folder: Path, name: str, lines: list[str]) -> None:
+    with gzip.open(folder / name, "wt", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def _tiny(folder: Path, train_de: list[str], train_en: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_gz(folder, "train.de.gz", train_de)
+    _write_gz(folder, "train.en.gz", train_en)
+    for stem in ("val", "test_2016_flickr"):
+        _write_gz(folder, f"{stem}.de.gz", ["Ein Hund rennt."])
+        _write_gz(folder, f"{stem}.en.gz", ["A dog runs."])
+    return folder
+
+
+def test_cleaning_is_configurable(tmp_path):
+    de = ["Ein Hund.", "Ja.", "Eine Katze schläft."]
+    en = ["A dog.", "Yes, I really think so, my friend.", "A cat sleeps."]
+    folder = _tiny(tmp_path / "raw", de, en)
+    stats = prepare_multi30k(folder, tmp_path / "a", {"clean": None})
+    assert stats["lines"]["train"] == 3 and stats["cleaning"] is None
+    stats = prepare_multi30k(folder, tmp_path / "b", {"clean": {"min_len": 1, "max_len": 50, "ratio": 1.5}})
+    assert stats["lines"]["train"] == 2 and stats["cleaning"]["dropped"]["ratio"] == 1
+    assert read_lines(tmp_path / "b" / "train.en") == ["a dog .", "a cat sleeps ."]
+    with pytest.raises(LnReproError, match="unknown key"):
+        prepare_multi30k(folder, tmp_path / "c", {"clean": {"max_length": 50}})
+
+
+def test_misaligned_files_are_refused(tmp_path):
+    folder = _tiny(tmp_path / "raw", ["Eins.", "Zwei."], ["One."])
+    with pytest.raises(LnReproError, match="has 2 lines but .* has 1"):
+        prepare_multi30k(folder, tmp_path / "out", {})
+    assert not (tmp_path / "out").exists()
