@@ -1,0 +1,297 @@
+"""The report, aggregation and figures on a fabricated results tree (the real stages are not needed)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lnrepro.analysis import aggregate as ag
+from lnrepro.analysis.report import make_report
+
+RUNS = ["postln_warmup_isqrt", "preln_nowarmup_step8", "postln_nowarmup_isqrt", "preln_warmup_isqrt"]
+SEEDS = [1, 2]
+EPOCHS = 3
+DEFAULTS = {
+    "data": {"dataset": "synthetic", "synthetic": {"seed": 1234}},
+    "bpe": {"vocab_size": 64, "seed": 1},
+    "model": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 16, "heads": 2, "ffn_dim": 32, "norm": "post"},
+    "optim": {"lr_max": 5e-4, "betas": [0.9, 0.98], "label_smoothing": 0.1},
+    "schedule": {"warmup": True, "decay": "isqrt", "warmup_updates": 40, "anchor_updates": 40, "decay_epochs": [2],
+                 "decay_factor": 0.1},
+    "train": {"epochs": EPOCHS, "max_tokens": 256},
+}
+
+
+def resolved(run: str) -> dict:
+    cfg = copy.deepcopy(DEFAULTS)
+    cfg["model"]["norm"] = "pre" if run.startswith("pre") else "post"
+    cfg["schedule"]["warmup"] = "_warmup_" in run
+    cfg["schedule"]["decay"] = "step" if run.endswith("step8") else "isqrt"
+    return cfg
+
+
+def bleu(run: str, seed: int, ep: int) -> float:
+    return round(10 + 3 * ep + RUNS.index(run) + 0.5 * seed, 2)
+
+
+def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | None = None) -> tuple[Path, dict]:
+    """Fabricate results/{exp}/ as the stages write it. ``diverge``: {(run, seed): epoch}; ``unevaluated``:
+    {(run, seed, epoch)} trained but not scored. Two layer-gradient formats: nested lists (as
+    lnrepro.train.gradstats returns them) and flat "enc.0.attn" keys."""
+    diverge = diverge or {}
+    unevaluated = unevaluated or set()
+    exp_dir = root / "results" / "fake"
+    exp = {
+        "name": "fake", "select": RUNS, "seeds": SEEDS, "runs": {r: resolved(r) for r in RUNS},
+        "comparisons": {
+            "figure4": {"runs": ["postln_warmup_isqrt", "preln_nowarmup_step8"], "factor": "norm", "claim": "Figure 4"},
+            "norm_warmup_isqrt": {"runs": ["postln_warmup_isqrt", "preln_warmup_isqrt"], "factor": "norm", "claim": "n"},
+            "decay_preln_warmup": {"runs": ["preln_warmup_isqrt", "preln_warmup_step8"], "factor": "decay", "claim": "d"},
+        },
+        "eval": {"beam": 1, "splits": ["valid", "test"]},
+        "notes": "DEMO NOTE: T_warmup, T_anchor and the decay epoch are scaled to 3 epochs.",
+        "scaling": {"warmup_updates": 40, "decay_epochs": [2]},
+        "deviations": ["Joint sentencepiece BPE instead of subword-nmt (DEVIATION-MARK)."],
+    }
+    exp_dir.mkdir(parents=True)
+    (exp_dir / "experiment.json").write_text(json.dumps(exp))
+    upe = 10  # updates per epoch
+    for run in RUNS:
+        for seed in SEEDS:
+            rd = exp_dir / "runs" / run / f"seed{seed}"
+            (rd / "epochs").mkdir(parents=True)
+            (rd / "eval").mkdir()
+            (rd / "config.json").write_text(json.dumps({"run": run, "seed": seed, **resolved(run)}))
+            (rd / "run.json").write_text(json.dumps({"threads": 1, "precision": "fp32",
+                                                     "where_ran": {"host": "h", "device": "Fake CPU"}}))
+            div_ep = diverge.get((run, seed))
+            lines = []
+            last = (div_ep - 1) * upe + 3 if div_ep else EPOCHS * upe
+            for u in range(1, last + 1, 2):
+                rec = {"update": u, "epoch": (u - 1) // upe + 1, "loss": 10 - u / 10, "nll": 9.0, "lr": 1e-4,
+                       "grad_norm": 1.0 + u, "tokens_per_s": 1000.0, "wall_s": u * 0.1, "attempt": 1}
+                if run.startswith("post"):  # lnrepro.train.loop's format
+                    rec.update(kind="step", lrs=[1e-4, 1e-4], train_s=u * 0.1)
+                    rec["grad_norms"] = {
+                        "encoder": {"self_attn": [0.1, 0.2], "ffn": [0.3, 0.4]},
+                        "decoder": {"self_attn": [0.5, 0.6], "encoder_attn": [0.7, 0.8], "ffn": [0.9, 1.0 + u]}}
+                else:
+                    rec["grad_norms"] = {f"{s}.{i}.{k}": 0.1 * (i + 1) for s in ("enc", "dec") for i in range(2)
+                                         for k in ("attn", "ffn")}
+                lines.append(json.dumps(rec))
+            lines.append(json.dumps({"update": 1, "epoch": 1, "loss": 99.0, "attempt": 2}))  # resumed attempt
+            if run.startswith("post"):  # the loop's non-step markers are not updates
+                lines += [json.dumps({"kind": "attempt", "attempt": 2, "resumed_update": 0, "wall_s": 0.1}),
+                          json.dumps({"kind": "epoch", "attempt": 2, "epoch": 1, "updates": 10, "wall_s": 1.0}),
+                          json.dumps({"kind": "finished", "attempt": 2, "update": last, "wall_s": 9.0})]
+            lines.append('{"update": 7, "lo')  # a partial line from a killed writer
+            (rd / "train.jsonl").write_text("\n".join(lines) + "\n")
+            if run.startswith("post"):  # lnrepro.train.loop's keys
+                summary = {"updates": last, "train_s": last * 0.11, "wall_s_all_attempts": last * 0.2, "attempts": 2,
+                           "diverged": {"update": last, "epoch": div_ep, "detail": "loss nan"} if div_ep else None}
+            else:  # the interface spec's keys
+                summary = {"updates": last, "wall_s": last * 0.1,
+                           "diverged": {"update": last, "epoch": div_ep, "reason": "loss nan"} if div_ep else None}
+            (rd / "summary.json").write_text(json.dumps(summary))
+            for ep in range(1, EPOCHS + 1):
+                diverged = div_ep is not None and ep >= div_ep
+                status = "diverged" if diverged else "ok"
+                (rd / "epochs" / f"epoch{ep:03d}.json").write_text(json.dumps({
+                    "epoch": ep, "status": status, "updates": min(ep * upe, last),
+                    "wall_s": min(ep * upe, last) * 0.1 + RUNS.index(run),
+                    "weights": None if diverged else f"state/epochs/epoch{ep:03d}.pt"}))
+                if (run, seed, ep) in unevaluated:
+                    continue
+                if diverged:
+                    ev = {"status": "diverged", "splits": {}, "wall_s": 0.0}
+                else:
+                    b = bleu(run, seed, ep)
+                    ev = {"status": "ok", "wall_s": 1.5, "splits": {sp: {
+                        "loss": 5.0 / ep, "nll": 4.0 / ep, "loss_base2": 5.0 / ep / math.log(2),
+                        "nll_base2": 4.0 / ep / math.log(2), "bleu_tok": b + (sp == "test"), "sacrebleu": b - 1,
+                        "sacrebleu_signature": "nrefs:1|case:lc|tok:13a", "sentences": 10, "sent_per_s": 5.0}
+                        for sp in ("valid", "test")}}
+                (rd / "eval" / f"epoch{ep:03d}.json").write_text(json.dumps(ev))
+    return exp_dir, exp
+
+
+class Tables(HTMLParser):
+    """Collect every <table id=...> as a list of rows of cell texts, and every <img src>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.imgs: list[str] = []
+        self._cur: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table":
+            self._cur = a.get("id", f"anon{len(self.tables)}")
+            self.tables[self._cur] = []
+        elif tag == "tr" and self._cur:
+            self.tables[self._cur].append([])
+        elif tag in ("td", "th") and self._cur:
+            self._cell = []
+        elif tag == "img":
+            self.imgs.append(a["src"])
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._cur = None
+        elif tag in ("td", "th") and self._cell is not None and self._cur:
+            self.tables[self._cur][-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+DIVERGE = {("postln_nowarmup_isqrt", 1): 2, ("postln_nowarmup_isqrt", 2): 2, ("preln_nowarmup_step8", 2): 3}
+UNEVAL = {("preln_warmup_isqrt", 1, 3), ("preln_warmup_isqrt", 2, 3)}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rep")
+    exp_dir, exp = make_tree(root, diverge=DIVERGE, unevaluated=UNEVAL)
+    index = make_report(exp_dir, exp, exp_dir / "report")
+    p = Tables()
+    p.feed(index.read_text())
+    return exp_dir, exp, index, p
+
+
+def as_frame(rows: list[list[str]]) -> pd.DataFrame:
+    return pd.DataFrame(rows[1:], columns=rows[0]).set_index("epoch")
+
+
+def test_one_bleu_value_per_run_per_epoch(report):
+    _, _, _, p = report
+    t = as_frame(p.tables["bleu-per-epoch"])
+    assert list(t.columns) == RUNS
+    assert list(t.index) == [str(e) for e in range(1, EPOCHS + 1)]
+    for run in ("postln_warmup_isqrt", "preln_nowarmup_step8"):
+        for ep in (1, 2):
+            vals = [bleu(run, s, ep) for s in SEEDS]
+            assert t.loc[str(ep), run] == f"{sum(vals) / 2:.2f} ± {pd.Series(vals).std():.2f}"
+    assert (t != "").all().all() and not t.isin(["missing", ""]).any().any()
+
+
+def test_diverged_and_unevaluated_are_shown_as_such(report):
+    _, _, _, p = report
+    t = as_frame(p.tables["bleu-per-epoch"])
+    assert t.loc["1", "postln_nowarmup_isqrt"] != "diverged"
+    assert t.loc["2", "postln_nowarmup_isqrt"] == "diverged" and t.loc["3", "postln_nowarmup_isqrt"] == "diverged"
+    # one of two seeds diverged at epoch 3: the other seed's value, with the count
+    assert t.loc["3", "preln_nowarmup_step8"] == f"{bleu('preln_nowarmup_step8', 1, 3):.2f} (1/2 diverged)"
+    assert t.loc["3", "preln_warmup_isqrt"] == "not evaluated"
+    loss = as_frame(p.tables["loss-per-epoch"])
+    assert loss.loc["2", "postln_nowarmup_isqrt"] == "diverged"
+    div = pd.DataFrame(p.tables["divergence"][1:], columns=p.tables["divergence"][0]).set_index("run")
+    assert float(div.loc["postln_nowarmup_isqrt", "divergence_rate"]) == 1.0
+    assert float(div.loc["preln_nowarmup_step8", "divergence_rate"]) == 0.5
+    assert float(div.loc["postln_warmup_isqrt", "divergence_rate"]) == 0.0
+    assert "loss nan" in div.loc["preln_nowarmup_step8", "diverged_at"]
+
+
+def test_sections_notes_confounds_deviations(report):
+    exp_dir, exp, index, p = report
+    text = index.read_text()
+    for sec in ("What was run", "Figure 4 reproduction", "Confounds", "Stability", "Wall-clock",
+                "Gradient at initialization", "Deviations from the paper", "Where it ran"):
+        assert sec in text
+    assert "DEMO NOTE: T_warmup" in text and "DEVIATION-MARK" in text
+    assert "Gradient norms at initialization: not computed" in text
+    assert "not comparing time" in text
+    conf = pd.DataFrame(p.tables["confounds"][1:], columns=p.tables["confounds"][0]).set_index("comparison")
+    assert conf.loc["figure4", "verdict"] == "confounded"
+    assert conf.loc["figure4", "also differs (confounds)"] == "schedule.decay, schedule.warmup"
+    assert conf.loc["norm_warmup_isqrt", "verdict"] == "single-factor"
+    assert conf.loc["decay_preln_warmup", "verdict"].startswith("skipped")
+    md = (exp_dir / "report" / "confounds.md").read_text()
+    assert "figure4: factor model.norm; also differs: schedule.decay, schedule.warmup -> confounded." in md
+
+
+def test_figures_and_tables_exist(report):
+    exp_dir, _, index, p = report
+    out = exp_dir / "report"
+    assert p.imgs and all((out / src).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for src in p.imgs)
+    for name in ("val_loss_vs_epoch", "bleu_vs_epoch", "val_loss_vs_wallclock", "bleu_vs_wallclock",
+                 "grad_norms_early_by_layer", "grad_norm_total_early"):
+        assert (out / "figures" / f"{name}.png").exists()
+        assert (Path(__file__).parents[1] / "workflow" / "report" / f"{name}.rst").exists()
+    ep = pd.read_csv(out / "tables" / "epochs.csv")
+    assert len(ep) == len(RUNS) * len(SEEDS) * EPOCHS
+    assert set(ep["status"]) == {"ok", "diverged", "not evaluated"}
+    for name in ("run_epochs", "divergence", "wallclock", "milestones", "train_curves", "grad_norms_early",
+                 "grad_norms_by_epoch"):
+        assert (out / "tables" / f"{name}.csv").exists(), name
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_train_logs_parsed_generically(tmp_path):
+    exp_dir, exp = make_tree(tmp_path)
+    log = ag.read_train_logs(exp_dir, exp)
+    assert len(log.problems) == len(RUNS) * len(SEEDS)  # the partial line of each log, reported not fatal
+    c = log.curves[(log.curves["run"] == RUNS[0]) & (log.curves["seed"] == 1)]
+    assert c["update"].is_unique and c.loc[c["update"] == 1, "loss"].item() == 99.0  # last attempt wins
+    assert c["update"].max() == EPOCHS * 10 - 1 and c["loss"].notna().all()  # no "finished" marker row
+    assert set(log.layers["stack"]) == {"enc", "dec"}  # "lrs" (a list) is not a layer
+    agg0 = ag.aggregate(exp_dir, exp)
+    w = agg0.wallclock.set_index(["run", "seed"])
+    assert w.loc[("postln_warmup_isqrt", 1), "train_wall_s"] == pytest.approx(3.3)  # summary train_s
+    assert w.loc[("preln_warmup_isqrt", 1), "train_wall_s"] == pytest.approx(3.0)  # summary wall_s
+    lay = log.layers
+    post = lay[lay["run"] == "postln_warmup_isqrt"]
+    assert set(map(tuple, post[["stack", "sublayer"]].drop_duplicates().values)) == {
+        ("enc", "self_attn"), ("enc", "ffn"), ("dec", "self_attn"), ("dec", "encoder_attn"), ("dec", "ffn")}
+    assert set(post["layer"]) == {0.0, 1.0}
+    pre = lay[lay["run"] == "preln_warmup_isqrt"]
+    assert set(map(tuple, pre[["stack", "sublayer"]].drop_duplicates().values)) == {
+        ("enc", "attn"), ("enc", "ffn"), ("dec", "attn"), ("dec", "ffn")}
+    agg = ag.aggregate(exp_dir, exp)
+    assert agg.early_updates == 10  # the first epoch's updates
+    e = agg.layers_early
+    v = e[(e["run"] == "postln_warmup_isqrt") & (e["stack"] == "dec") & (e["sublayer"] == "ffn") & (e["layer"] == 1)]
+    # updates <= 10; update 1's record is the resumed attempt's, which logged no layer norms
+    assert v["grad_norm_mean"].tolist() == [pytest.approx(1 + (3 + 5 + 7 + 9) / 4)] * 2
+
+
+@pytest.mark.parametrize("key,expected", [
+    ("enc.3.attn", ("enc", 3.0, "attn")), ("dec.0.ffn", ("dec", 0.0, "ffn")),
+    ("decoder.encoder_attn.5", ("dec", 5.0, "encoder_attn")), ("encoder.layers.2.self_attn", ("enc", 2.0, "self_attn")),
+    ("embed", ("other", math.nan, "embed")),
+])
+def test_parse_layer_key(key, expected):
+    got = ag.parse_layer_key(key)
+    assert got[0] == expected[0] and got[2] == expected[2]
+    assert (math.isnan(got[1]) and math.isnan(expected[1])) or got[1] == expected[1]
+
+
+def test_report_with_gradinit_and_partial_tree(tmp_path):
+    exp_dir, exp = make_tree(tmp_path)
+    # a run folder deleted (not trained yet) must not break the report
+    import shutil
+
+    shutil.rmtree(exp_dir / "runs" / "preln_warmup_isqrt")
+    rows = [{"norm": n, "seed": 1, "stack": s, "layer": i, "sublayer": "ffn", "param": w, "grad_norm": 0.1 * (i + 1),
+             "dropout": "off", "batches": 2}
+            for n in ("post", "pre") for s in ("enc", "dec") for i in range(2) for w in ("fc1", "fc2")]
+    (exp_dir / "analysis").mkdir()
+    pd.DataFrame(rows).to_csv(exp_dir / "analysis" / "gradinit.csv", index=False)
+    index = make_report(exp_dir, None, None)  # experiment read from experiment.json, default out_dir
+    assert index == exp_dir / "report" / "index.html"
+    p = Tables()
+    p.feed(index.read_text())
+    t = as_frame(p.tables["bleu-per-epoch"])
+    assert set(t["preln_warmup_isqrt"]) == {"missing"}
+    assert "gradinit" in p.tables and (exp_dir / "report" / "figures" / "gradinit_by_layer.png").exists()
+    assert "not computed" not in index.read_text()
