@@ -1,5 +1,10 @@
 # The report: Figure 4 reproduced, the factorial comparisons with their confounds, stability, wall-clock.
 
+from lnrepro.analysis.plots import FIGURES
+
+# The figures make_report draws, each with a caption in workflow/report/<name>.rst.
+REPORT_FIGURES = [Path(f).stem for f in FIGURES.values()]
+
 
 rule make_report:
     input:
@@ -10,6 +15,10 @@ rule make_report:
     output:
         html=f"{R}/report/index.html",
         confounds=f"{R}/report/confounds.md",
+        figures=[
+            report(f"{R}/report/figures/{name}.png", caption=f"../report/{name}.rst", category="figures")
+            for name in REPORT_FIGURES
+        ],
     log:
         f"{R}/logs/make_report.log",
     shell:
