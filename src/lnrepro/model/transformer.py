@@ -1,0 +1,400 @@
+"""The encoder-decoder Transformer of the paper, Post-LN or Pre-LN, in one file.
+
+Modeled on nanoGPT's ``model.py`` (one config dataclass, small modules, one init method, ``num_params``,
+a FLOPs/MFU estimate) and faithful to fairseq 0.9.0's ``transformer_iwslt_de_en`` in everything that affects
+initialization and optimization (Xiong et al. 2020 trained with fairseq):
+
+- fairseq/models/transformer.py (0.9.0): ``TransformerEncoder``/``TransformerDecoder``: token embeddings scaled
+  by sqrt(d_model), sinusoidal positions added, dropout; after the last layer one LayerNorm only when
+  ``normalize_before`` (Pre-LN); decoder output through the (shared) embedding matrix, no bias;
+  ``Embedding()``: N(0, d^-0.5) with the padding row zero; ``Linear()``: Xavier-uniform, zero bias.
+- fairseq/modules/transformer_layer.py (0.9.0): ``TransformerEncoderLayer``/``TransformerDecoderLayer``:
+  each sublayer is ``residual = x; [LN if pre]; x = F(x); dropout; x = residual + x; [LN if post]``;
+  the FFN is fc1 -> ReLU -> dropout(activation_dropout) -> fc2.
+- fairseq/modules/multihead_attention.py (0.9.0): separate q/k/v projections, Xavier-uniform with gain
+  1/sqrt(2) (PyTorch's default bias init kept), out_proj Xavier-uniform with zero bias, q scaled by
+  head_dim^-0.5, dropout on the attention probabilities.
+- fairseq/modules/sinusoidal_positional_embedding.py (0.9.0): half sin, half cos, frequencies
+  exp(-i * log(10000) / (half_dim - 1)), positions numbered from padding_idx + 1 (fairseq/utils.py
+  ``make_positions``), the padding position's row zero; incremental decoding uses position padding_idx + step.
+
+Documented deviations that do not change results: sources are padded on the RIGHT (fairseq pads them on the
+left); positions count only non-padding tokens either way and padded keys are masked. The decoder's
+self-attention uses the causal mask only (fairseq also masks padded keys; with right padding no real query can
+see a padded key, so only the outputs at padded positions, which the loss ignores, differ). Attention runs
+through ``torch.nn.functional.scaled_dot_product_attention`` (its default scale is head_dim^-0.5, applied
+to q @ k^T, equal to fairseq's scaling of q).
+
+References: Vaswani et al. 2017; Xiong et al. 2020 (arXiv 2002.04745); fairseq 0.9.0 (github.com/pytorch/fairseq,
+tag v0.9.0); nanoGPT (github.com/karpathy/nanoGPT, model.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..errors import LnReproError
+from ..vocab import PAD
+
+
+@dataclass
+class ModelConfig:
+    """Architecture hyper-parameters (defaults: the paper's transformer_iwslt_de_en, dropout 0.1)."""
+
+    vocab_size: int
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    d_model: int = 512
+    heads: int = 4
+    ffn_dim: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    norm: str = "post"  # "post" | "pre"
+    share_decoder_embeddings: bool = True  # decoder input embedding == output projection
+    share_all_embeddings: bool = False  # one embedding for encoder, decoder and output
+    max_positions: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.norm not in ("post", "pre"):
+            raise LnReproError(f"model.norm: expected 'post' or 'pre', got {self.norm!r}")
+        if self.d_model % self.heads != 0:
+            raise LnReproError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
+        if self.share_all_embeddings and not self.share_decoder_embeddings:
+            raise LnReproError("model.share_all_embeddings requires model.share_decoder_embeddings")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Encoder output and key/value cache (the beam search's interface)
+
+
+@dataclass
+class EncoderOut:
+    """Encoder states [B,S,D] and the source padding mask [B,S] (True at padding)."""
+
+    out: torch.Tensor
+    pad_mask: torch.Tensor
+
+    def reorder(self, index: torch.Tensor) -> "EncoderOut":
+        """Select/repeat batch rows (beam search: expand to B*beam, or follow surviving hypotheses)."""
+        return EncoderOut(self.out.index_select(0, index), self.pad_mask.index_select(0, index))
+
+
+class KVCache:
+    """Per decoder layer: self-attention keys/values so far and the (static) encoder-attention keys/values.
+
+    Tensors are [B, heads, len, head_dim]. ``length`` is the number of target positions already decoded.
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        self.layers: list[dict[str, torch.Tensor]] = [{} for _ in range(num_layers)]
+        self.length = 0
+
+    def reorder(self, index: torch.Tensor) -> "KVCache":
+        """Reorder the batch dimension in place (beam search) and return self."""
+        for layer in self.layers:
+            for key, t in layer.items():
+                layer[key] = t.index_select(0, index)
+        return self
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Building blocks
+
+
+def sinusoidal_table(num_positions: int, dim: int, padding_idx: int = PAD) -> torch.Tensor:
+    """fairseq 0.9.0 SinusoidalPositionalEmbedding.get_embedding: [num_positions, dim], padding row zero."""
+    half_dim = dim // 2
+    scale = math.log(10000) / (half_dim - 1)
+    freqs = torch.exp(torch.arange(half_dim, dtype=torch.float) * -scale)
+    args = torch.arange(num_positions, dtype=torch.float).unsqueeze(1) * freqs.unsqueeze(0)
+    table = torch.cat([torch.sin(args), torch.cos(args)], dim=1).view(num_positions, -1)
+    if dim % 2 == 1:
+        table = torch.cat([table, torch.zeros(num_positions, 1)], dim=1)
+    table[padding_idx, :] = 0
+    return table
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed positions (a non-persistent buffer: not in the state dict, as in fairseq)."""
+
+    def __init__(self, dim: int, max_positions: int, padding_idx: int = PAD) -> None:
+        super().__init__()
+        self.dim, self.padding_idx = dim, padding_idx
+        # fairseq: init_size = num_embeddings + padding_idx + 1
+        self.register_buffer("table", sinusoidal_table(max_positions + padding_idx + 1, dim, padding_idx),
+                             persistent=False)
+
+    def _table(self, needed: int) -> torch.Tensor:
+        if needed > self.table.size(0):  # fairseq recomputes a larger table on demand
+            self.table = sinusoidal_table(needed, self.dim, self.padding_idx).to(self.table.device)
+        return self.table
+
+    def forward(self, tokens: torch.Tensor, start: int | None = None) -> torch.Tensor:
+        """[B,T,D] positions; ``start`` = tokens already decoded (incremental decoding), else make_positions."""
+        if start is not None:
+            # fairseq incremental: position padding_idx + step (step from 1) for the newest tokens
+            pos = self.padding_idx + start + 1 + torch.arange(tokens.size(1), device=tokens.device)
+            pos = pos.unsqueeze(0).expand_as(tokens)
+        else:
+            mask = tokens.ne(self.padding_idx).int()
+            pos = (torch.cumsum(mask, dim=1) * mask).long() + self.padding_idx  # fairseq utils.make_positions
+        return self._table(int(pos.max()) + 1)[pos]
+
+
+class Attention(nn.Module):
+    """Multi-head attention (fairseq MultiheadAttention semantics) through scaled_dot_product_attention."""
+
+    def __init__(self, d_model: int, heads: int, attention_dropout: float) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, d_model // heads
+        self.attention_dropout = attention_dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:  # [B,T,D] -> [B,H,T,hd]
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, key_pad: torch.Tensor | None = None,
+                causal: bool = False, cache: dict[str, torch.Tensor] | None = None,
+                prefix: str = "self") -> torch.Tensor:
+        """x [B,T,D] queries; memory [B,S,D] keys/values (None: self-attention); key_pad [B,S] True at padding.
+
+        With ``cache``: self-attention appends this step's keys/values; encoder attention (memory given)
+        computes its keys/values once and reuses them (fairseq's static_kv).
+        """
+        q = self._split(self.q_proj(x))
+        kk, vk = f"{prefix}_k", f"{prefix}_v"
+        if memory is not None and cache is not None and kk in cache:
+            k, v = cache[kk], cache[vk]
+        else:
+            src = x if memory is None else memory
+            k, v = self._split(self.k_proj(src)), self._split(self.v_proj(src))
+            if cache is not None:
+                if memory is None and kk in cache:
+                    k = torch.cat([cache[kk], k], dim=2)
+                    v = torch.cat([cache[vk], v], dim=2)
+                cache[kk], cache[vk] = k, v
+        mask = None
+        is_causal = False
+        if key_pad is not None:
+            mask = (~key_pad)[:, None, None, :]  # True = may attend
+        if causal:
+            tq, tk = q.size(2), k.size(2)
+            if tq == tk and mask is None:
+                is_causal = True
+            elif tq > 1:
+                allowed = torch.arange(tk, device=x.device)[None, :] <= (
+                    torch.arange(tq, device=x.device)[:, None] + (tk - tq))
+                mask = allowed if mask is None else (mask & allowed)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                           dropout_p=self.attention_dropout if self.training else 0.0)
+        b, _, t, _ = y.shape
+        return self.out_proj(y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+
+
+class FeedForward(nn.Module):
+    """fc1 -> ReLU -> dropout(activation_dropout) -> fc2 (fairseq transformer_layer.py)."""
+
+    def __init__(self, d_model: int, ffn_dim: int, activation_dropout: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, d_model)
+        self.activation_dropout = nn.Dropout(activation_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation_dropout(F.relu(self.fc1(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention and FFN sublayers; post: x = LN(x + F(x)); pre: x = x + F(LN(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre = cfg.norm == "pre"
+        self.self_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
+        self.final_layer_norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
+        residual = x
+        h = self.self_attn_layer_norm(x) if self.pre else x
+        x = residual + self.dropout(self.self_attn(h, key_pad=pad_mask))
+        if not self.pre:
+            x = self.self_attn_layer_norm(x)
+        residual = x
+        h = self.final_layer_norm(x) if self.pre else x
+        x = residual + self.dropout(self.ffn(h))
+        if not self.pre:
+            x = self.final_layer_norm(x)
+        return x
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, encoder attention and FFN sublayers, same LN placement as the encoder."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre = cfg.norm == "pre"
+        self.self_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
+        self.encoder_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.encoder_attn_layer_norm = nn.LayerNorm(cfg.d_model)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
+        self.final_layer_norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def _sublayer(self, x: torch.Tensor, norm: nn.LayerNorm, fn) -> torch.Tensor:
+        h = norm(x) if self.pre else x
+        x = x + self.dropout(fn(h))
+        return x if self.pre else norm(x)
+
+    def forward(self, x: torch.Tensor, enc: EncoderOut, cache: dict | None = None) -> torch.Tensor:
+        x = self._sublayer(x, self.self_attn_layer_norm,
+                           lambda h: self.self_attn(h, causal=True, cache=cache, prefix="self"))
+        x = self._sublayer(x, self.encoder_attn_layer_norm,
+                           lambda h: self.encoder_attn(h, memory=enc.out, key_pad=enc.pad_mask, cache=cache,
+                                                       prefix="enc"))
+        return self._sublayer(x, self.final_layer_norm, self.ffn)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The model
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer; ``forward(src, prev)`` returns logits [B,T,V]."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d, v = cfg.d_model, cfg.vocab_size
+        self.embed_scale = math.sqrt(d)  # fairseq: embed_scale = sqrt(embed_dim)
+        self.encoder_embed = nn.Embedding(v, d, padding_idx=PAD)
+        self.decoder_embed = self.encoder_embed if cfg.share_all_embeddings else nn.Embedding(v, d, padding_idx=PAD)
+        # Output projection: the decoder embedding itself when shared (F.linear, no bias), else its own matrix
+        # (fairseq: embed_out, N(0, d^-0.5)).
+        self.output_projection = None if cfg.share_decoder_embeddings else nn.Linear(d, v, bias=False)
+        self.positions = SinusoidalPositions(d, cfg.max_positions, PAD)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        # Pre-LN: one final LN after each stack; Post-LN: none (fairseq: layer_norm iff normalize_before)
+        self.encoder_norm = nn.LayerNorm(d) if cfg.norm == "pre" else None
+        self.decoder_norm = nn.LayerNorm(d) if cfg.norm == "pre" else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """fairseq 0.9.0 initialization (the paper analyses the gradients it produces)."""
+        d = self.cfg.d_model
+        for emb in {id(self.encoder_embed): self.encoder_embed, id(self.decoder_embed): self.decoder_embed}.values():
+            nn.init.normal_(emb.weight, mean=0.0, std=d ** -0.5)  # fairseq transformer.py Embedding()
+            with torch.no_grad():
+                emb.weight[PAD].zero_()
+        if self.output_projection is not None:
+            nn.init.normal_(self.output_projection.weight, mean=0.0, std=d ** -0.5)
+        for module in self.modules():
+            if isinstance(module, Attention):
+                # multihead_attention.py reset_parameters (qkv_same_dim): gain 1/sqrt(2); q/k/v biases keep
+                # nn.Linear's default init (uniform(+-1/sqrt(fan_in))), set here again so the method is complete.
+                for proj in (module.q_proj, module.k_proj, module.v_proj):
+                    nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
+                    bound = 1 / math.sqrt(proj.in_features)
+                    nn.init.uniform_(proj.bias, -bound, bound)
+                nn.init.xavier_uniform_(module.out_proj.weight)
+                nn.init.zeros_(module.out_proj.bias)
+            elif isinstance(module, FeedForward):
+                for fc in (module.fc1, module.fc2):  # transformer_layer.py Linear(): xavier, zero bias
+                    nn.init.xavier_uniform_(fc.weight)
+                    nn.init.zeros_(fc.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    # ---- API ------------------------------------------------------------------------------------------------
+
+    def encode(self, src: torch.Tensor) -> EncoderOut:
+        """src [B,S] (PAD=1 padding) -> EncoderOut."""
+        pad_mask = src.eq(PAD)
+        x = self.embed_scale * self.encoder_embed(src) + self.positions(src)
+        x = self.dropout(x)
+        key_pad = pad_mask if bool(pad_mask.any()) else None  # fairseq: no mask when nothing is padded
+        for layer in self.encoder_layers:
+            x = layer(x, key_pad)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return EncoderOut(x, pad_mask)
+
+    def decode(self, prev: torch.Tensor, enc: EncoderOut, cache: KVCache | None = None) -> torch.Tensor:
+        """prev [B,T] decoder input (EOS first) -> logits [B,T,V]. With a cache, prev holds only new tokens."""
+        past = cache.length if cache is not None else 0
+        pos = self.positions(prev, start=past) if cache is not None else self.positions(prev)
+        x = self.dropout(self.embed_scale * self.decoder_embed(prev) + pos)
+        enc_use = enc if bool(enc.pad_mask.any()) else EncoderOut(enc.out, None)  # type: ignore[arg-type]
+        for i, layer in enumerate(self.decoder_layers):
+            x = layer(x, enc_use, cache.layers[i] if cache is not None else None)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        if cache is not None:
+            cache.length += prev.size(1)
+        weight = self.decoder_embed.weight if self.output_projection is None else self.output_projection.weight
+        return F.linear(x, weight)
+
+    def forward(self, src: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        return self.decode(prev, self.encode(src))
+
+    def new_cache(self) -> KVCache:
+        return KVCache(len(self.decoder_layers))
+
+    def num_params(self) -> int:
+        """Number of trainable parameters, shared matrices counted once (positions are not parameters)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def flops_per_batch(self, src_tokens: int, tgt_tokens: int, src_len: int, tgt_len: int) -> float:
+        """Approximate training FLOPs (forward + backward = 3x forward) of one batch, nanoGPT-style.
+
+        Matmul FLOPs: 2 per multiply-add; encoder layer 4d^2 + 2d*ffn per source token, decoder layer
+        8d^2 + 2d*ffn per target token (plus the encoder-attention k/v projections over source tokens), the
+        output projection d*V per target token, and attention scores/values 2*2*d*len per token and layer.
+        """
+        c, d = self.cfg, self.cfg.d_model
+        enc = src_tokens * c.encoder_layers * (4 * d * d + 2 * d * c.ffn_dim + 2 * d * src_len)
+        dec = tgt_tokens * c.decoder_layers * (6 * d * d + 2 * d * c.ffn_dim + 2 * d * tgt_len + 2 * d * src_len)
+        dec += src_tokens * c.decoder_layers * 2 * d * d  # encoder-attention keys/values
+        out = tgt_tokens * d * c.vocab_size
+        return 3 * 2 * float(enc + dec + out)
+
+    def estimate_mfu(self, flops: float, dt: float, peak_flops: float) -> float:
+        """Model FLOPs utilization: achieved flops/dt over the hardware's peak (e.g. 989e12 for H100 bf16)."""
+        return flops / dt / peak_flops
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> Transformer:
+    """Rebuild a model from a weights file {"model_config": asdict(ModelConfig), "model": state_dict} (eval mode)."""
+    try:
+        blob = torch.load(path, map_location=device, weights_only=True)
+        cfg = ModelConfig(**blob["model_config"])
+        model = Transformer(cfg)
+        model.load_state_dict(blob["model"])
+    except LnReproError:
+        raise
+    except Exception as e:  # corrupt or foreign file: one clear message
+        raise LnReproError(f"{path}: not a valid lnrepro weights file ({type(e).__name__}: {e})") from e
+    return model.to(device).eval()
+
+
+def weights_blob(model: Transformer) -> dict:
+    """What a weights file holds (the inverse of load_model)."""
+    return {"model_config": dataclasses.asdict(model.cfg), "model": model.state_dict()}

@@ -1,0 +1,382 @@
+"""One training run: resumable, instrumented, bitwise reproducible on the CPU (design.md, issue 4).
+
+``train_run(run_dir, config_json, bpe_dir, threads)`` trains ``data/bpe/train.de.ids`` -> ``train.en.ids``
+with the config slice in ``config.json``, keeping everything it needs across attempts in ``run_dir/state/``
+(checkpoint.py) and writing the declared outputs (run.json, train.jsonl, summary.json, epochs/epochNNN.json)
+from that state at the end. File formats: docs/outputs.md.
+
+Also runnable as ``python -m lnrepro.train.loop RUN_DIR CONFIG_JSON BPE_DIR --threads N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from ..errors import LnReproError
+from ..io import atomic_torch_save, atomic_write_json, atomic_write_text, cpu_name, read_json, where_ran
+from ..model import ModelConfig, Transformer, weights_blob
+from ..vocab import PAD
+from .batching import batch_by_size, collate, epoch_order, read_ids
+from .checkpoint import RunLog, StateDir, capture_rng, file_sha256, finite_json, restore_rng, run_digest
+from .gradstats import layer_grad_norms, total_grad_norm
+from .loss import label_smoothed_nll_loss
+from .schedule import lr_at
+
+SRC_LANG, TGT_LANG = "de", "en"  # the paper's direction, De -> En
+DEFAULT_CHECKPOINT_EVERY = 1000  # updates between state/last.pt saves (plus one at every epoch end)
+DEFAULT_LOG_EVERY = 100
+
+
+def _section(cfg: dict, name: str) -> dict:
+    sec = cfg.get(name)
+    if not isinstance(sec, dict):
+        raise LnReproError(f"config.json: section '{name}' missing or not a mapping")
+    return sec
+
+
+def _key(sec: dict, section: str, key: str, default: Any = ...) -> Any:
+    if key in sec:
+        return sec[key]
+    if default is ...:
+        raise LnReproError(f"config.json: key '{section + '.' if section else ''}{key}' missing")
+    return default
+
+
+def vocab_size(spm_model: Path) -> int:
+    """Vocabulary size of the sentencepiece model (it counts <s>, <pad>, </s>, <unk>)."""
+    import sentencepiece as spm
+
+    if not spm_model.exists():
+        raise LnReproError(f"{spm_model}: sentencepiece model not found")
+    try:
+        return int(spm.SentencePieceProcessor(model_file=str(spm_model)).get_piece_size())
+    except Exception as e:
+        raise LnReproError(f"{spm_model}: not a sentencepiece model ({e})") from e
+
+
+def model_config(cfg: dict, vocab: int) -> ModelConfig:
+    fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"vocab_size"}
+    model = _section(cfg, "model")
+    unknown = sorted(set(model) - fields)
+    if unknown:
+        raise LnReproError(f"config.json: unknown key(s) model.{', model.'.join(unknown)}")
+    return ModelConfig(vocab_size=vocab, **model)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise LnReproError("train.device: 'cuda' requested but no CUDA device is visible")
+    if name not in ("cpu", "cuda"):
+        raise LnReproError(f"train.device: expected 'auto', 'cpu' or 'cuda', got {name!r}")
+    return torch.device(name)
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
+def git_commit() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the repository holding this package, or (None, None) outside a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip() != ""
+        return commit or None, dirty
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def _load_pairs(bpe_dir: Path, max_positions: int) -> tuple[list[list[int]], list[list[int]]]:
+    src_path, tgt_path = bpe_dir / f"train.{SRC_LANG}.ids", bpe_dir / f"train.{TGT_LANG}.ids"
+    src, tgt = read_ids(src_path), read_ids(tgt_path)
+    if len(src) != len(tgt):
+        raise LnReproError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
+    if not src:
+        raise LnReproError(f"{src_path}: no training pairs")
+    for i, (x, y) in enumerate(zip(src, tgt)):
+        if len(x) > max_positions or len(y) > max_positions:  # fairseq filter_by_size raises for train too
+            raise LnReproError(f"{src_path}:{i + 1}: pair longer than model.max_positions={max_positions}")
+    return src, tgt
+
+
+class _Trainer:
+    """Holds the run's objects; ``run()`` trains from the resumed position to the end, or until divergence."""
+
+    def __init__(self, run_dir: Path, config_json: Path, bpe_dir: Path, threads: int) -> None:
+        self.t_start = time.time()
+        self.run_dir, self.config_json, self.bpe_dir, self.threads = Path(run_dir), Path(config_json), Path(bpe_dir), threads
+        self.cfg = read_json(config_json)
+        cfg = self.cfg
+        optim, self.sched, train = _section(cfg, "optim"), _section(cfg, "schedule"), _section(cfg, "train")
+        self.seed = int(_key(cfg, "", "seed"))
+        self.lr_max = float(_key(optim, "optim", "lr_max"))
+        self.label_smoothing = float(_key(optim, "optim", "label_smoothing"))
+        self.clip_norm = float(_key(optim, "optim", "clip_norm", 0.0) or 0.0)
+        self.epochs = int(_key(train, "train", "epochs"))
+        self.max_tokens = int(_key(train, "train", "max_tokens"))
+        self.multiple = int(_key(train, "train", "required_batch_size_multiple", 8))
+        self.log_every = max(1, int(_key(train, "train", "log_every", DEFAULT_LOG_EVERY)))
+        self.checkpoint_every = max(1, int(_key(train, "train", "checkpoint_every", DEFAULT_CHECKPOINT_EVERY)))
+        self.precision = _key(train, "train", "precision", "fp32")
+        if self.precision not in ("fp32", "bf16"):
+            raise LnReproError(f"train.precision: expected 'fp32' or 'bf16', got {self.precision!r}")
+        self.diverge_loss = float(_key(train, "train", "diverge_loss", math.inf))
+        self.max_updates = int(_key(train, "train", "max_updates", 0) or 0)
+        lr_at(0, 1, self.sched, self.lr_max)  # validate the schedule section now, not mid-run
+
+        torch.set_num_threads(threads)
+        with contextlib.suppress(RuntimeError):  # only settable before any inter-op work started
+            torch.set_num_interop_threads(1)
+        self.device = resolve_device(_key(train, "train", "device", "auto"))
+
+        spm_model = self.bpe_dir / "spm.model"
+        self.mcfg = model_config(cfg, vocab_size(spm_model))
+        inputs = [spm_model, self.bpe_dir / f"train.{SRC_LANG}.ids", self.bpe_dir / f"train.{TGT_LANG}.ids"]
+        self.digest = run_digest(self.config_json, inputs)
+        self.state_dir = StateDir(self.run_dir)
+        self.resume = self.state_dir.prepare(self.digest)
+        self.log = RunLog(self.state_dir.log)
+        self.attempt = 1 + sum(1 for r in self.log.records() if r.get("kind") == "attempt")
+
+        # Data: batches built once from the seed (fairseq), collated once (cheap, saves per-epoch work).
+        src, tgt = _load_pairs(self.bpe_dir, self.mcfg.max_positions)
+        self.num_pairs = len(src)
+        index_batches = batch_by_size([len(s) for s in src], [len(t) for t in tgt], self.max_tokens, self.seed,
+                                      self.multiple)
+        self.batches = []
+        for idx in index_batches:
+            s, p, t = collate([src[i] for i in idx], [tgt[i] for i in idx])
+            self.batches.append((s, p, t, int(t.ne(PAD).sum())))
+
+        # Model and optimizer. Init under the run's seed, as fairseq seeds torch before building the model.
+        torch.manual_seed(self.seed)
+        if self.device.type == "cuda":
+            torch.cuda.manual_seed_all(self.seed)
+        self.model = Transformer(self.mcfg).to(self.device)
+        # torch.optim.AdamW = fairseq's Adam with decoupled weight decay (p -= lr * wd * p before the Adam step)
+        # on every parameter. Difference: AdamW adds eps after the bias correction, fairseq before it; at eps=1e-8
+        # this is negligible. Default (foreach) implementation: deterministic on the CPU.
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.0, betas=tuple(_key(optim, "optim", "betas")),
+                                           eps=float(_key(optim, "optim", "eps")),
+                                           weight_decay=float(_key(optim, "optim", "weight_decay")))
+        self.update = 0  # updates done (fairseq num_updates); the next update is t = self.update
+        self.epoch, self.pos = 1, 0  # epoch in progress (from 1) and batches of it done
+        self.train_s = 0.0  # training time of the retained work (restored on resume)
+        self.tokens_done = 0  # target tokens of the retained updates
+        self.epoch_records: list[dict[str, Any]] = []
+        self.end: dict[str, Any] | None = None  # {"reason": "completed"|"diverged"|"max_updates", ...}
+        self.last_loss: dict[str, Any] = {}
+        if self.resume is not None:
+            r = self.resume
+            self.model.load_state_dict(r["model"])
+            self.optimizer.load_state_dict(r["optimizer"])
+            self.update, self.epoch, self.pos = r["update"], r["epoch"], r["pos"]
+            self.train_s, self.epoch_records, self.end = r["train_s"], r["epoch_records"], r["end"]
+            self.tokens_done = r["tokens_done"]
+            self.last_loss = r.get("last_loss", {})
+            restore_rng(r["rng"])
+        self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.precision == "bf16"
+                         else contextlib.nullcontext())
+        self.log.write({"kind": "attempt", "attempt": self.attempt, "resumed_update": self.update,
+                        "resumed_epoch": self.epoch, "resumed_pos": self.pos, "startup_s": time.time() - self.t_start,
+                        "wall_s": time.time() - self.t_start, "time": time.time()})
+
+    # ---- state ------------------------------------------------------------------------------------------------
+
+    def _save_last(self) -> None:
+        self.state_dir.save_last({
+            "digest": self.digest["digest"], "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "update": self.update, "epoch": self.epoch, "pos": self.pos,
+            "train_s": self.train_s, "tokens_done": self.tokens_done, "epoch_records": self.epoch_records, "end": self.end,
+            "last_loss": self.last_loss, "rng": capture_rng(),
+        })
+
+    def _end_epoch(self, partial: bool) -> None:
+        path = self.state_dir.epoch_weights(self.epoch)
+        atomic_torch_save(weights_blob(self.model), path)
+        rec = {"epoch": self.epoch, "status": "ok", "weights": str(path.relative_to(self.run_dir)),
+               "sha256": file_sha256(path), "updates": self.update, "wall_s": self.train_s, "partial": partial}
+        self.epoch_records.append(rec)
+        self.log.write({"kind": "epoch", "attempt": self.attempt, **rec,
+                        "wall_s_attempt": time.time() - self.t_start, "time": time.time()})
+
+    # ---- training ---------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        model, opt, nb = self.model, self.optimizer, len(self.batches)
+        params = [p for p in model.parameters()]
+        model.train()
+        while self.end is None and self.epoch <= self.epochs:
+            order = epoch_order(nb, self.seed, self.epoch)
+            lrs: list[float] = []
+            tok_since, t_since = 0, time.perf_counter()
+            bar = tqdm(total=nb, initial=self.pos, desc=f"epoch {self.epoch}/{self.epochs}", file=sys.stderr,
+                       leave=True, dynamic_ncols=True)
+            while self.pos < nb:
+                t0 = time.perf_counter()
+                src, prev, target, ntok = self.batches[order[self.pos]]
+                src, prev, target = (x.to(self.device, non_blocking=True) for x in (src, prev, target))
+                lr = lr_at(self.update, self.epoch, self.sched, self.lr_max)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                with self.autocast:
+                    logits = model(src, prev)
+                loss_sum, nll_sum = label_smoothed_nll_loss(logits, target, self.label_smoothing)
+                loss = float(loss_sum.detach()) / ntok  # one sync per update: needed for the divergence check
+                if not math.isfinite(loss) or loss > self.diverge_loss:
+                    reason = "non-finite loss" if not math.isfinite(loss) else \
+                        f"loss {loss:.4g} > train.diverge_loss {self.diverge_loss:g}"
+                    self.end = {"reason": "diverged", "update": self.update + 1, "epoch": self.epoch,
+                                "detail": reason, "loss": loss if math.isfinite(loss) else None, "lr": lr}
+                    self.log.write({"kind": "diverged", "attempt": self.attempt, **self.end, "time": time.time()})
+                    break
+                opt.zero_grad(set_to_none=True)
+                (loss_sum / ntok).backward()  # fairseq: gradient divided by the number of target tokens
+                logged = (self.update + 1) % self.log_every == 0 or self.pos + 1 == nb
+                gnorm = None
+                if self.clip_norm > 0:
+                    gnorm = float(torch.nn.utils.clip_grad_norm_(params, self.clip_norm))
+                record = None
+                if logged:
+                    record = {"grad_norm": gnorm if gnorm is not None else total_grad_norm(params),
+                              "grad_norms": layer_grad_norms(model)}
+                opt.step()
+                self.update += 1
+                self.pos += 1
+                self.train_s += time.perf_counter() - t0
+                lrs.append(lr)
+                tok_since += ntok
+                self.tokens_done += ntok
+                bar.update(1)
+                if record is not None:
+                    now = time.perf_counter()
+                    nll = float(nll_sum.detach()) / ntok
+                    self.last_loss = {"loss": loss, "nll": nll, "update": self.update}
+                    self.log.write({"kind": "step", "attempt": self.attempt, "update": self.update,
+                                    "epoch": self.epoch, "loss": loss, "nll": nll, "lr": lr, "lrs": lrs,
+                                    "target_tokens": ntok, "tokens_per_s": tok_since / max(now - t_since, 1e-9),
+                                    **record, "train_s": self.train_s, "wall_s": time.time() - self.t_start,
+                                    "time": time.time()})
+                    bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", refresh=False)
+                    lrs, tok_since, t_since = [], 0, now
+                if self.max_updates and self.update >= self.max_updates:
+                    self.end = {"reason": "max_updates", "update": self.update, "epoch": self.epoch}
+                    break
+                if self.update % self.checkpoint_every == 0 and self.pos < nb:
+                    self._save_last()
+            bar.close()
+            if self.end is not None and self.end["reason"] == "diverged":
+                self._save_last()
+                break
+            self._end_epoch(partial=self.pos < nb)
+            if self.end is None and self.epoch == self.epochs:
+                self.end = {"reason": "completed", "update": self.update, "epoch": self.epoch}
+            if self.end is None:
+                self.epoch, self.pos = self.epoch + 1, 0
+            self._save_last()
+
+    # ---- declared outputs -------------------------------------------------------------------------------------
+
+    def write_outputs(self) -> None:
+        run_dir, records = self.run_dir, self.log.records()
+        ran = where_ran(device_name(self.device))
+        done = {r["epoch"]: r for r in self.epoch_records}
+        end = self.end or {"reason": "completed"}
+        for ep in range(1, self.epochs + 1):
+            if ep in done:
+                manifest = dict(done[ep])
+            else:
+                status = "diverged" if end["reason"] == "diverged" else "stopped"
+                manifest = {"epoch": ep, "status": status, "weights": None, "sha256": None,
+                            "updates": self.update, "wall_s": self.train_s, "partial": False,
+                            "reason": end.get("detail", end["reason"])}
+            manifest.update({"run": self.cfg.get("run"), "seed": self.seed,
+                             "config_sha256": self.digest["parts"]["config.json"], "where_ran": ran})
+            atomic_write_json(run_dir / "epochs" / f"epoch{ep:03d}.json", manifest)
+        atomic_write_text(run_dir / "train.jsonl",
+                          "".join(json.dumps(finite_json(r)) + "\n" for r in records))
+        # Wall-clock of every attempt: the newest time stamp each attempt logged, minus its start.
+        attempt_wall: dict[int, float] = {}
+        for r in records:
+            w = r.get("wall_s", r.get("wall_s_attempt"))
+            if w is not None:
+                attempt_wall[r["attempt"]] = max(attempt_wall.get(r["attempt"], 0.0), w)
+        attempt_wall[self.attempt] = time.time() - self.t_start
+        commit, dirty = git_commit()
+        atomic_write_json(run_dir / "run.json", finite_json({
+            "run": self.cfg.get("run"), "seed": self.seed, "config": self.cfg,
+            "config_sha256": self.digest["parts"]["config.json"], "inputs_sha256": self.digest["parts"],
+            "state_digest": self.digest["digest"], "model_config": dataclasses.asdict(self.mcfg),
+            "num_params": self.model.num_params(), "torch_version": torch.__version__,
+            "python_version": platform.python_version(), "device": self.device.type,
+            "device_name": device_name(self.device), "threads": self.threads, "precision": self.precision,
+            "optimizer": "torch.optim.AdamW (decoupled weight decay, as fairseq's Adam)",
+            "train_pairs": self.num_pairs, "batches_per_epoch": len(self.batches),
+            "source_lang": SRC_LANG, "target_lang": TGT_LANG,
+            "git_commit": commit, "git_dirty": dirty, "attempts": self.attempt, "where_ran": ran,
+        }))
+        target_tokens = sum(b[3] for b in self.batches)
+        epochs_full = sum(1 for r in self.epoch_records if not r.get("partial"))
+        atomic_write_json(run_dir / "summary.json", finite_json({
+            "run": self.cfg.get("run"), "seed": self.seed, "status": end["reason"],
+            "final_loss": self.last_loss.get("loss"), "final_nll": self.last_loss.get("nll"),
+            "final_loss_update": self.last_loss.get("update"),
+            "updates": self.update, "epochs_completed": epochs_full, "epochs": self.epochs,
+            "diverged": ({k: end.get(k) for k in ("update", "epoch", "detail", "loss", "lr")}
+                         if end["reason"] == "diverged" else None),
+            "train_s": self.train_s, "wall_s_all_attempts": sum(attempt_wall.values()),
+            "attempts": self.attempt,
+            "target_tokens_per_epoch": target_tokens,
+            "target_tokens_trained": self.tokens_done,
+            "tokens_per_s": self.tokens_done / self.train_s if self.train_s > 0 else None,
+            "where_ran": ran,
+        }))
+
+
+def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int) -> None:
+    """Train one run (resuming its unfinished state if any) and write its declared outputs."""
+    trainer = _Trainer(Path(run_dir), Path(config_json), Path(bpe_dir), threads)
+    try:
+        trainer.run()
+        trainer.log.write({"kind": "finished", "attempt": trainer.attempt, "status": (trainer.end or {}).get("reason"),
+                           "update": trainer.update, "wall_s": time.time() - trainer.t_start, "time": time.time()})
+        trainer.write_outputs()
+        trainer.state_dir.mark_finished({"digest": trainer.digest["digest"], "time": time.time()})
+    finally:
+        trainer.log.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lnrepro.train.loop", description=__doc__.splitlines()[0])
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("config_json", type=Path)
+    ap.add_argument("bpe_dir", type=Path)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    try:
+        train_run(args.run_dir, args.config_json, args.bpe_dir, args.threads)
+    except LnReproError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

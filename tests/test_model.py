@@ -1,0 +1,215 @@
+"""Model: LN placement, fairseq 0.9.0 initialization statistics, parameter count, positions, KV cache."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lnrepro.model import ModelConfig, Transformer, load_model, sinusoidal_table, weights_blob
+from lnrepro.vocab import EOS, PAD
+
+torch.set_num_threads(1)
+
+
+def tiny(norm="post", **kw):
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=60, encoder_layers=2, decoder_layers=2, d_model=32, heads=4, ffn_dim=48, norm=norm)
+    cfg.update(kw)
+    return Transformer(ModelConfig(**cfg)).eval()
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 60, (3, 7), generator=g)
+    src[0, 5:] = PAD
+    prev = torch.randint(4, 60, (3, 6), generator=g)
+    prev[:, 0] = EOS
+    return src, prev
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_encoder_block_ln_placement(norm):
+    m = tiny(norm)
+    layer = m.encoder_layers[0]
+    x = torch.randn(2, 5, 32)
+    ln1, ln2, attn, ffn = layer.self_attn_layer_norm, layer.final_layer_norm, layer.self_attn, layer.ffn
+    with torch.no_grad():
+        ln1.weight.uniform_(0.5, 1.5), ln1.bias.normal_(), ln2.weight.uniform_(0.5, 1.5), ln2.bias.normal_()
+        if norm == "post":  # x = LN(x + F(x))
+            h = ln1(x + attn(x))
+            expected = ln2(h + ffn(h))
+        else:  # x = x + F(LN(x))
+            h = x + attn(ln1(x))
+            expected = h + ffn(ln2(h))
+        torch.testing.assert_close(layer(x, None), expected)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_decoder_block_ln_placement(norm):
+    m = tiny(norm)
+    layer = m.decoder_layers[1]
+    x, mem = torch.randn(2, 4, 32), torch.randn(2, 6, 32)
+    from lnrepro.model import EncoderOut
+
+    enc = EncoderOut(mem, None)
+    l1, l2, l3 = layer.self_attn_layer_norm, layer.encoder_attn_layer_norm, layer.final_layer_norm
+    sa = lambda h: layer.self_attn(h, causal=True)  # noqa: E731
+    ca = lambda h: layer.encoder_attn(h, memory=mem)  # noqa: E731
+    with torch.no_grad():
+        if norm == "post":
+            h = l1(x + sa(x))
+            h = l2(h + ca(h))
+            expected = l3(h + layer.ffn(h))
+        else:
+            h = x + sa(l1(x))
+            h = h + ca(l2(h))
+            expected = h + layer.ffn(l3(h))
+        torch.testing.assert_close(layer(x, enc), expected)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_stack_final_layer_norm(norm):
+    m = tiny(norm)
+    src, prev = batch()
+    assert (m.encoder_norm is not None) == (norm == "pre")
+    assert (m.decoder_norm is not None) == (norm == "pre")
+    with torch.no_grad():
+        pad = src.eq(PAD)
+        x = m.embed_scale * m.encoder_embed(src) + m.positions(src)
+        for layer in m.encoder_layers:
+            x = layer(x, pad)
+        enc = m.encode(src)
+        torch.testing.assert_close(enc.out, m.encoder_norm(x) if norm == "pre" else x)
+        y = m.embed_scale * m.decoder_embed(prev) + m.positions(prev)
+        for layer in m.decoder_layers:
+            y = layer(y, enc)
+        if norm == "pre":
+            y = m.decoder_norm(y)
+        torch.testing.assert_close(m(src, prev), F.linear(y, m.decoder_embed.weight))
+
+
+def test_initialization_statistics():
+    torch.manual_seed(0)
+    d, v = 256, 2000
+    m = Transformer(ModelConfig(vocab_size=v, encoder_layers=2, decoder_layers=2, d_model=d, heads=4, ffn_dim=512))
+    for emb in (m.encoder_embed, m.decoder_embed):
+        w = emb.weight.detach()
+        assert torch.all(w[PAD] == 0)
+        rows = torch.cat([w[:PAD], w[PAD + 1:]])
+        assert abs(rows.std().item() - d ** -0.5) < 0.02 * d ** -0.5
+        assert abs(rows.mean().item()) < 0.01 * d ** -0.5
+    for attn in [l.self_attn for l in m.encoder_layers] + [l.encoder_attn for l in m.decoder_layers]:
+        bound = (1 / math.sqrt(2)) * math.sqrt(6 / (d + d))  # xavier_uniform with gain 1/sqrt(2)
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+            w = proj.weight.detach()
+            assert w.abs().max() <= bound and w.abs().max() > 0.99 * bound
+            assert abs(w.std().item() - bound / math.sqrt(3)) < 0.02 * bound
+            b = proj.bias.detach()  # PyTorch default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), not zero
+            assert b.abs().max() <= 1 / math.sqrt(d) and b.abs().max() > 0.5 / math.sqrt(d)
+        w = attn.out_proj.weight.detach()
+        bound = math.sqrt(6 / (d + d))
+        assert w.abs().max() <= bound and w.abs().max() > 0.99 * bound
+        assert torch.all(attn.out_proj.bias == 0)
+    for layer in list(m.encoder_layers) + list(m.decoder_layers):
+        for fc in (layer.ffn.fc1, layer.ffn.fc2):
+            bound = math.sqrt(6 / (fc.in_features + fc.out_features))
+            assert fc.weight.abs().max() <= bound and fc.weight.abs().max() > 0.99 * bound
+            assert torch.all(fc.bias == 0)
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.LayerNorm):
+            assert torch.all(mod.weight == 1) and torch.all(mod.bias == 0)
+
+
+def paper_param_count(v=10000, d=512, ffn=1024, enc=6, dec=6, pre=False):
+    attn = 4 * (d * d + d)  # q, k, v, out projections with biases
+    ffn_p = d * ffn + ffn + ffn * d + d
+    ln = 2 * d
+    enc_layer = attn + ffn_p + 2 * ln
+    dec_layer = 2 * attn + ffn_p + 3 * ln
+    embeddings = 2 * v * d  # encoder embedding + decoder embedding (= output projection, shared)
+    return embeddings + enc * enc_layer + dec * dec_layer + (2 * ln if pre else 0)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_paper_parameter_count(norm):
+    m = Transformer(ModelConfig(vocab_size=10000, norm=norm))
+    assert m.num_params() == paper_param_count(pre=norm == "pre")
+    assert paper_param_count() == 41_783_296
+
+
+def test_shared_embeddings():
+    m = tiny(share_all_embeddings=True)
+    assert m.encoder_embed is m.decoder_embed
+    m2 = tiny(share_decoder_embeddings=False)
+    assert m2.output_projection is not None
+    assert m2.num_params() == tiny().num_params() + 60 * 32
+
+
+def test_sinusoidal_positions_fairseq():
+    d = 32
+    table = sinusoidal_table(40, d)
+    half = d // 2
+    freqs = [math.exp(-i * math.log(10000) / (half - 1)) for i in range(half)]
+    p = 7
+    expected = [math.sin(p * f) for f in freqs] + [math.cos(p * f) for f in freqs]
+    torch.testing.assert_close(table[p], torch.tensor(expected))
+    assert torch.all(table[PAD] == 0)
+    m = tiny()
+    tokens = torch.tensor([[5, 6, 7, PAD, PAD], [5, 6, 7, 8, 9]])
+    pos = m.positions(tokens)
+    torch.testing.assert_close(pos[0, :3], table[PAD + 1: PAD + 4])  # numbered from padding_idx + 1
+    assert torch.all(pos[0, 3:] == 0)
+    torch.testing.assert_close(pos[0, :3], pos[1, :3])
+
+
+def test_right_padding_does_not_change_outputs():
+    m = tiny("pre")
+    src, prev = batch()
+    full = m(src, prev)
+    alone = m(src[:1, :5], prev[:1])
+    torch.testing.assert_close(full[:1], alone)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_cached_decode_equals_uncached(norm):
+    m = tiny(norm)
+    src, prev = batch()
+    with torch.no_grad():
+        full = m(src, prev)
+        enc = m.encode(src)
+        cache = m.new_cache()
+        steps = [m.decode(prev[:, t: t + 1], enc, cache) for t in range(prev.size(1))]
+        torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+        # beam-search reordering: expand rows, reorder cache and encoder output, keep decoding
+        index = torch.tensor([2, 2, 0, 1])
+        enc2 = m.encode(src).reorder(torch.tensor([0, 1, 2]))
+        cache2 = m.new_cache()
+        for t in range(3):
+            m.decode(prev[:, t: t + 1], enc2, cache2)
+        cache2.reorder(index)
+        enc2 = enc2.reorder(index)
+        out = [m.decode(prev[index, t: t + 1], enc2, cache2) for t in range(3, prev.size(1))]
+        torch.testing.assert_close(torch.cat(out, 1), full[index, 3:], atol=1e-5, rtol=1e-5)
+
+
+def test_load_model_roundtrip(tmp_path):
+    m = tiny("pre")
+    torch.save(weights_blob(m), tmp_path / "w.pt")
+    m2 = load_model(tmp_path / "w.pt")
+    assert not m2.training
+    src, prev = batch()
+    torch.testing.assert_close(m2(src, prev), m(src, prev), rtol=0, atol=0)
+
+
+def test_load_model_bad_file(tmp_path):
+    from lnrepro.errors import LnReproError
+
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(LnReproError, match="bad.pt"):
+        load_model(tmp_path / "bad.pt")
+
+
+def test_flops_estimate_positive():
+    m = tiny()
+    assert m.flops_per_batch(100, 100, 10, 10) > 6 * 100 * 32 * 60

@@ -1,0 +1,68 @@
+"""lr(t) = lr_max * w(t) * g(t) (design.md) for the eight factorial cells, per update."""
+
+import math
+
+import pytest
+
+from lnrepro.errors import LnReproError
+from lnrepro.train.schedule import lr_at
+
+LR = 5e-4
+BASE = {"warmup_updates": 4000, "anchor_updates": 4000, "decay_epochs": [8], "decay_factor": 0.1}
+CELLS = [f"{n}_{w}_{d}" for n in ("postln", "preln") for w in ("warmup", "nowarmup") for d in ("isqrt", "step8")]
+
+
+def cfg_of(cell):
+    _, w, d = cell.split("_")
+    return {**BASE, "warmup": w == "warmup", "decay": "isqrt" if d == "isqrt" else "step"}
+
+
+def expected(cell, t, epoch):
+    """The formula written out independently of the implementation."""
+    _, w, d = cell.split("_")
+    warm = min(1.0, t / 4000) if w == "warmup" else 1.0
+    if d == "isqrt":
+        g = 1.0 if t < 4000 else math.sqrt(4000 / t)
+    else:
+        g = 0.1 if epoch >= 8 else 1.0
+    return LR * warm * g
+
+
+# (t = updates already done, epoch from 1): first update, mid warm-up, end of warm-up, last update of
+# epoch 7, first update of epoch 8, late.
+POINTS = [(0, 1), (1, 1), (2000, 2), (4000, 4), (4001, 4), (8799, 7), (8800, 8), (30000, 20)]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_eight_cells(cell):
+    cfg = cfg_of(cell)
+    for t, ep in POINTS:
+        assert lr_at(t, ep, cfg, LR) == pytest.approx(expected(cell, t, ep), rel=1e-12, abs=0)
+
+
+def test_landmarks():
+    post = cfg_of("postln_warmup_isqrt")
+    assert lr_at(0, 1, post, LR) == 0.0  # fairseq inverse_sqrt: warmup_init_lr 0 for the first update
+    assert lr_at(4000, 4, post, LR) == pytest.approx(LR)  # end of warm-up: the peak
+    assert lr_at(16000, 12, post, LR) == pytest.approx(LR / 2)  # sqrt(4000/16000)
+    pre = cfg_of("preln_nowarmup_step8")
+    assert lr_at(0, 1, pre, LR) == LR  # no warm-up: full rate from the first update
+    assert lr_at(8799, 7, pre, LR) == LR
+    assert lr_at(8800, 8, pre, LR) == pytest.approx(0.1 * LR)  # from the first update of epoch 8
+
+
+def test_single_step_decay():
+    pre = cfg_of("preln_nowarmup_step8")
+    rates = [lr_at(10000 + 1000 * ep, ep, pre, LR) for ep in range(8, 21)]
+    assert rates == pytest.approx([0.1 * LR] * len(rates))  # one drop, not one per epoch
+    two = {**pre, "decay_epochs": [8, 12]}
+    assert lr_at(0, 12, two, LR) == pytest.approx(0.01 * LR)
+
+
+def test_constant_and_bad_decay():
+    assert lr_at(123, 5, {**BASE, "warmup": False, "decay": "constant"}, LR) == LR
+    assert lr_at(100, 1, {**BASE, "warmup": True, "decay": "constant"}, LR) == pytest.approx(LR * 100 / 4000)
+    with pytest.raises(LnReproError, match="schedule.decay"):
+        lr_at(0, 1, {**BASE, "warmup": False, "decay": "cosine"}, LR)
+    with pytest.raises(LnReproError, match="schedule.warmup"):
+        lr_at(0, 1, {"decay": "constant"}, LR)

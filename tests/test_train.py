@@ -1,0 +1,199 @@
+"""Training loop: outputs, logging, divergence, deterministic rerun, resume after a real SIGKILL (bitwise)."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lnrepro.train.loop import train_run
+from lnrepro.train.schedule import lr_at
+
+torch.set_num_threads(1)
+SRC_DIR = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.fixture(scope="module")
+def bpe_dir(tmp_path_factory):
+    """A tiny sentencepiece model (only its vocabulary size matters) and random id files."""
+    import sentencepiece as spm
+
+    out = tmp_path_factory.mktemp("bpe")
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 7))) for _ in range(300)]
+    (out / "text.txt").write_text("\n".join(" ".join(rng.choice(words) for _ in range(8)) for _ in range(300)))
+    spm.SentencePieceTrainer.train(input=str(out / "text.txt"), model_prefix=str(out / "spm"), vocab_size=100,
+                                   model_type="bpe", bos_id=0, pad_id=1, eos_id=2, unk_id=3, minloglevel=2)
+    src = [[rng.randint(4, 99) for _ in range(rng.randint(3, 14))] for _ in range(240)]
+    tgt = [list(reversed(s))[: rng.randint(2, len(s))] for s in src]
+    (out / "train.de.ids").write_text("".join(" ".join(map(str, s)) + "\n" for s in src))
+    (out / "train.en.ids").write_text("".join(" ".join(map(str, s)) + "\n" for s in tgt))
+    return out
+
+
+def write_config(path: Path, **train_over) -> Path:
+    cfg = {
+        "run": "preln_warmup_isqrt", "seed": 3,
+        "model": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 32, "heads": 4, "ffn_dim": 48,
+                  "dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.1, "norm": "pre",
+                  "share_decoder_embeddings": True, "share_all_embeddings": False, "max_positions": 256},
+        "optim": {"lr_max": 2e-3, "betas": [0.9, 0.98], "eps": 1e-8, "weight_decay": 1e-4, "clip_norm": 0,
+                  "label_smoothing": 0.1},
+        "schedule": {"warmup": True, "decay": "isqrt", "warmup_updates": 10, "anchor_updates": 10,
+                     "decay_epochs": [3], "decay_factor": 0.1},
+        "train": {"epochs": 4, "max_tokens": 200, "required_batch_size_multiple": 8, "log_every": 4,
+                  "precision": "fp32", "device": "cpu", "diverge_loss": 1e6, "max_updates": 0,
+                  "checkpoint_every": 3},
+        "data": {"dataset": "synthetic"}, "bpe": {"vocab_size": 100},
+    }
+    cfg["train"].update(train_over)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def weights(run_dir: Path, epoch: int) -> dict:
+    return torch.load(run_dir / "state" / "epochs" / f"epoch{epoch:03d}.pt", weights_only=True)["model"]
+
+
+def assert_same_weights(a: Path, b: Path, epochs=4):
+    for ep in range(1, epochs + 1):
+        wa, wb = weights(a, ep), weights(b, ep)
+        assert wa.keys() == wb.keys()
+        for k in wa:
+            assert torch.equal(wa[k], wb[k]), f"epoch {ep}: {k} differs"
+
+
+def records(run_dir: Path):
+    return [json.loads(line) for line in (run_dir / "train.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, bpe_dir):
+    root = tmp_path_factory.mktemp("ref")
+    run = root / "run"
+    train_run(run, write_config(root / "config.json"), bpe_dir, threads=1)
+    return run
+
+
+def test_outputs_and_logging(reference):
+    run = reference
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["diverged"] is None and summary["attempts"] == 1
+    assert summary["epochs_completed"] == 4 and summary["updates"] > 0 and summary["train_s"] > 0
+    meta = json.loads((run / "run.json").read_text())
+    for key in ("config", "config_sha256", "torch_version", "device_name", "threads", "precision", "git_commit",
+                "where_ran", "num_params"):
+        assert key in meta
+    assert meta["threads"] == 1 and meta["precision"] == "fp32"
+    recs = records(run)
+    steps = [r for r in recs if r["kind"] == "step"]
+    cfg = json.loads((run.parent / "config.json").read_text())
+    # the lr of every update is logged, and equals the schedule
+    lrs = [lr for r in steps for lr in r["lrs"]]
+    assert len(lrs) == summary["updates"]
+    ends = {r["epoch"]: r["updates"] for r in recs if r["kind"] == "epoch"}
+    t = 0
+    for r in steps:
+        for lr in r["lrs"]:
+            epoch = min(e for e, u in ends.items() if t < u)
+            assert lr == pytest.approx(lr_at(t, epoch, cfg["schedule"], 2e-3), abs=0, rel=1e-12)
+            t += 1
+    assert steps[0]["lrs"][0] == 0.0  # warm-up: the first update at lr 0
+    s = steps[0]
+    for key in ("loss", "nll", "lr", "grad_norm", "tokens_per_s", "wall_s", "epoch", "update", "attempt"):
+        assert key in s
+    gn = s["grad_norms"]
+    assert len(gn["encoder"]["self_attn"]) == 2 and len(gn["encoder"]["ffn"]) == 2
+    assert len(gn["decoder"]["encoder_attn"]) == 2 and all(v > 0 for v in gn["decoder"]["ffn"])
+    for ep in range(1, 5):
+        m = json.loads((run / "epochs" / f"epoch{ep:03d}.json").read_text())
+        assert m["status"] == "ok" and m["weights"] == f"state/epochs/epoch{ep:03d}.pt"
+        from lnrepro.train.checkpoint import file_sha256
+
+        assert m["sha256"] == file_sha256(run / m["weights"])
+        assert m["updates"] == ends[ep]
+    from lnrepro.model import load_model
+
+    model = load_model(run / "state" / "epochs" / "epoch004.pt")
+    assert model.cfg.norm == "pre" and model.cfg.vocab_size == 100
+
+
+def test_deterministic_rerun_and_finished_state_not_resumed(reference, bpe_dir, tmp_path):
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path / "config.json")
+    train_run(run, cfg, bpe_dir, threads=1)
+    assert_same_weights(reference, run)
+    # a finished state is never resumed: a forced rerun trains afresh (attempt 1 again), same weights
+    train_run(run, cfg, bpe_dir, threads=1)
+    assert json.loads((run / "summary.json").read_text())["attempts"] == 1
+    assert_same_weights(reference, run)
+
+
+def _spawn(run: Path, cfg: Path, bpe_dir: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{SRC_DIR}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen([sys.executable, "-m", "lnrepro.train.loop", str(run), str(cfg), str(bpe_dir),
+                             "--threads", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _kill_after_checkpoint(proc: subprocess.Popen, last: Path, newer_than: float) -> None:
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if last.exists() and last.stat().st_mtime > newer_than:
+            break
+        assert proc.poll() is None, "training finished before it could be killed"
+        time.sleep(0.005)
+    time.sleep(0.05)  # somewhere after the checkpoint: mid-update, mid-log-write, whatever comes
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_resume_after_sigkill_is_bitwise_identical(reference, bpe_dir, tmp_path):
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path / "config.json")
+    last = run / "state" / "last.pt"
+    proc = _spawn(run, cfg, bpe_dir)
+    _kill_after_checkpoint(proc, last, 0)
+    assert not (run / "state" / "finished.json").exists() and not (run / "summary.json").exists()
+    first_update = torch.load(last, weights_only=True)["update"]
+    proc = _spawn(run, cfg, bpe_dir)  # second attempt, killed again after its own first checkpoint
+    _kill_after_checkpoint(proc, last, last.stat().st_mtime)
+    assert torch.load(last, weights_only=True)["update"] > first_update
+    proc = _spawn(run, cfg, bpe_dir)
+    assert proc.wait(timeout=300) == 0
+    assert_same_weights(reference, run)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["attempts"] == 3
+    ref_summary = json.loads((reference / "summary.json").read_text())
+    assert summary["updates"] == ref_summary["updates"] and summary["final_loss"] == ref_summary["final_loss"]
+    assert summary["wall_s_all_attempts"] > summary["train_s"]
+    assert {r["attempt"] for r in records(run)} == {1, 2, 3}
+
+
+def test_divergence_recorded(bpe_dir, tmp_path):
+    run = tmp_path / "run"
+    train_run(run, write_config(tmp_path / "config.json", diverge_loss=0.5), bpe_dir, threads=1)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "diverged"
+    assert summary["diverged"]["update"] == 1 and summary["diverged"]["epoch"] == 1
+    assert "diverge_loss" in summary["diverged"]["detail"]
+    for ep in range(1, 5):
+        m = json.loads((run / "epochs" / f"epoch{ep:03d}.json").read_text())
+        assert m["status"] == "diverged" and m["weights"] is None and m["sha256"] is None
+
+
+def test_max_updates_stops(bpe_dir, tmp_path):
+    run = tmp_path / "run"
+    train_run(run, write_config(tmp_path / "config.json", max_updates=5, epochs=3), bpe_dir, threads=1)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["updates"] == 5 and summary["status"] == "max_updates"
+    m1 = json.loads((run / "epochs" / "epoch001.json").read_text())
+    m3 = json.loads((run / "epochs" / "epoch003.json").read_text())
+    assert m1["status"] == "ok" and m1["updates"] == 5
+    assert m3["status"] == "stopped" and m3["weights"] is None
