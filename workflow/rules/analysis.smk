@@ -26,5 +26,7 @@ rule gradinit:
         gpu=res("gradinit")["gpus"],
     log:
         f"{R}/logs/gradinit.log",
+    conda:
+        CONDA_ENV
     shell:
         "lnrepro gradinit --experiment {input.experiment} --bpe {BPE} --out {output} --threads {threads} > {log} 2>&1"

@@ -18,6 +18,8 @@ rule learn_bpe:
         runtime=res("learn_bpe")["runtime"],
     log:
         f"{R}/logs/learn_bpe.log",
+    conda:
+        CONDA_ENV
     shell:
         "lnrepro bpe learn --prepared {PREPARED} --out {BPE} --vocab-size {params.bpe[vocab_size]}"
         " --character-coverage {params.bpe[character_coverage]} --seed {params.bpe[seed]}"
@@ -37,6 +39,8 @@ rule apply_bpe:
         runtime=res("apply_bpe")["runtime"],
     log:
         f"{R}/logs/apply_bpe.log",
+    conda:
+        CONDA_ENV
     shell:
         "lnrepro bpe apply --prepared {PREPARED} --bpe {BPE} --threads {threads} > {log} 2>&1"
 

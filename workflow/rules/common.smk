@@ -1,5 +1,8 @@
 # Paths shared by the rule files: one place names every file of the stage contracts.
 
+# The software environment of every shell rule, for --software-deployment-method conda.
+CONDA_ENV = str(Path(workflow.basedir) / "envs" / "lnrepro.yaml")
+
 
 def run_dir(run="{run}", seed="{seed}"):
     return f"{R}/runs/{run}/seed{seed}"

@@ -59,6 +59,8 @@ rule fetch_archive:
         args=download_args,
     log:
         "results/downloads/logs/{file}.log",
+    conda:
+        CONDA_ENV
     shell:
         "lnrepro download {params.args} --out {output} > {log} 2>&1"
 
@@ -77,6 +79,8 @@ rule prepare_corpus:
         runtime=res("prepare_corpus")["runtime"],
     log:
         f"{R}/logs/prepare_corpus.log",
+    conda:
+        CONDA_ENV
     shell:
         "lnrepro prepare {params.args} --out {PREPARED} --threads {threads} > {log} 2>&1"
 

@@ -31,6 +31,8 @@ rule score_checkpoint:
         f"{R}/logs/score_checkpoint/{{run}}.seed{{seed}}.epoch{{ep}}.log",
     benchmark:
         f"{R}/benchmarks/score_checkpoint/{{run}}.seed{{seed}}.epoch{{ep}}.tsv"
+    conda:
+        CONDA_ENV
     shell:
         "lnrepro evaluate --manifest {input.manifest} --eval-config {input.eval} --bpe {BPE} --prepared {PREPARED}"
         " --out {output.json} --threads {threads} > {log} 2>&1"

@@ -21,6 +21,8 @@ rule make_report:
         ],
     log:
         f"{R}/logs/make_report.log",
+    conda:
+        CONDA_ENV
     shell:
         "lnrepro report --experiment {input.experiment} --exp-dir {R} --out {R}/report > {log} 2>&1"
 

@@ -31,6 +31,8 @@ rule train_run:
         f"{R}/logs/train_run/{{run}}.seed{{seed}}.log",
     benchmark:
         f"{R}/benchmarks/train_run/{{run}}.seed{{seed}}.tsv"
+    conda:
+        CONDA_ENV
     shell:
         "lnrepro train --config {input.config} --bpe {BPE} --run-dir " + run_dir("{wildcards.run}", "{wildcards.seed}") + " --threads {threads} > {log} 2>&1"
 
