@@ -62,8 +62,8 @@ def _bpe(a: argparse.Namespace) -> None:
     from . import bpe
 
     if a.action == "learn":
-        cfg = {"vocab_size": a.vocab_size, "character_coverage": a.character_coverage, "seed": a.seed, "threads": a.threads}
-        print(bpe.learn_bpe(a.prepared, a.out, cfg))
+        cfg = {"vocab_size": a.vocab_size, "character_coverage": a.character_coverage, "seed": a.seed}
+        print(bpe.learn_bpe(a.prepared, a.out, cfg, threads=a.threads))
     else:
         print(json.dumps(bpe.apply_bpe(a.prepared, a.bpe, threads=a.threads), indent=2, sort_keys=True))
 
