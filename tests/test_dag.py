@@ -18,7 +18,7 @@ def test_report_has_one_bleu_per_run_per_epoch(demo_run: DemoRun) -> None:
     report = demo_run.exp_dir / "report"
     html = (report / "index.html").read_text(encoding="utf-8")
     assert "figure4" in html
-    table = pd.read_csv(report / "tables" / "per_epoch.csv")
+    table = pd.read_csv(report / "tables" / "epochs.csv")
     for run in DEMO_RUNS:
         rows = table[table["run"] == run]
         assert sorted(rows["epoch"].tolist()) == list(range(1, DEMO_EPOCHS + 1)), run
@@ -52,7 +52,7 @@ def test_named_target_builds_only_that_far(tmp_path: Path) -> None:
     from conftest import copy_repo
 
     work = copy_repo(tmp_path / "repo")
-    proc = snakemake(work, "-n", "--configfile", "presets/demo.yaml", "bpe")
+    proc = snakemake(work, "bpe", "-n", "--configfile", "presets/demo.yaml")
     out = proc.stdout + proc.stderr
     assert "apply_bpe" in out and "train_run" not in out and "score_checkpoint" not in out
 
