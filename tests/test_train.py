@@ -115,7 +115,7 @@ def test_outputs_and_logging(reference):
     for ep in range(1, 5):
         m = json.loads((run / "epochs" / f"epoch{ep:03d}.json").read_text())
         assert m["status"] == "ok" and m["weights"] == f"state/epochs/epoch{ep:03d}.pt"
-        from lnrepro.train.checkpoint import file_sha256
+        from lnrepro.io import file_sha256
 
         assert m["sha256"] == file_sha256(run / m["weights"])
         assert m["updates"] == ends[ep]
@@ -138,8 +138,8 @@ def test_deterministic_rerun_and_finished_state_not_resumed(reference, bpe_dir, 
 
 def _spawn(run: Path, cfg: Path, bpe_dir: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{SRC_DIR}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen([sys.executable, "-m", "lnrepro.train.loop", str(run), str(cfg), str(bpe_dir),
-                             "--threads", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen([sys.executable, "-m", "lnrepro", "train", "--config", str(cfg), "--bpe", str(bpe_dir),
+                             "--run-dir", str(run), "--threads", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _kill_after_checkpoint(proc: subprocess.Popen, last: Path, newer_than: float) -> None:

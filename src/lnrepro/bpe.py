@@ -31,7 +31,6 @@ which decodes to a space; ``apply_bpe`` counts such mismatches per split in stat
 
 from __future__ import annotations
 
-import hashlib
 import io
 import re
 from pathlib import Path
@@ -41,7 +40,7 @@ import sentencepiece as spm
 from tqdm import tqdm
 
 from .errors import LnReproError
-from .io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_lines, where_ran
+from .io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_sha256, read_lines, where_ran
 from .vocab import BOS, EOS, PAD, UNK
 
 SPLITS = ("train", "valid", "test")
@@ -187,14 +186,6 @@ def encode_batch(sp: spm.SentencePieceProcessor, lines: Sequence[str], threads: 
     return sp.encode(list(lines), out_type=int, num_threads=threads)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def apply_bpe(prepared_dir: Path, bpe_dir: Path, threads: int = 1) -> dict:
     """Encode every split and language into bpe_dir/{split}.{lang}.ids and write bpe_dir/stats.json.
 
@@ -208,7 +199,7 @@ def apply_bpe(prepared_dir: Path, bpe_dir: Path, threads: int = 1) -> dict:
     is_byte = bytearray(1 if sp.is_byte(i) else 0 for i in range(vocab))
     is_unk = bytearray(1 if i == UNK else 0 for i in range(vocab))
     stats: dict = {
-        "vocab_size": vocab, "spm_model_sha256": _sha256(bpe_dir / MODEL_NAME),
+        "vocab_size": vocab, "spm_model_sha256": file_sha256(bpe_dir / MODEL_NAME),
         "sentences": {}, "tokens": {}, "byte_pieces": {}, "unk_pieces": {}, "max_tokens": {},
         "byte_fallback_rate": {}, "byte_fallback_rate_by_lang": {}, "roundtrip_mismatches": {},
     }

@@ -76,6 +76,22 @@ def read_lines(path: str | os.PathLike) -> list[str]:
         return f.read().splitlines()
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks; a missing file is a clear error."""
+    import hashlib
+
+    from .errors import LnReproError
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except FileNotFoundError as e:
+        raise LnReproError(f"{path}: file not found") from e
+    return h.hexdigest()
+
+
 def cpu_name() -> str:
     """The CPU model as /proc/cpuinfo names it (platform.processor() is often empty on Linux)."""
     try:

@@ -8,7 +8,6 @@ scores; sacreBLEU scores their Moses-detokenized form). Fields: docs/outputs.md.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import torch
 
 from ..errors import LnReproError
-from ..io import atomic_write_json, atomic_write_lines, cpu_name, read_json, read_lines, where_ran
+from ..io import atomic_write_json, atomic_write_lines, cpu_name, file_sha256, read_json, read_lines, where_ran
 from ..vocab import PAD
 from .bleu import detok_sacrebleu, ids_to_text, load_spm, tokenized_bleu
 from .search import length_batches, translate
@@ -55,14 +54,6 @@ def read_eval_config(path: Path) -> dict:
     return cfg
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _read_manifest(manifest: Path) -> dict:
     m = read_json(manifest)
     if not isinstance(m, dict) or "status" not in m or "epoch" not in m:
@@ -79,7 +70,7 @@ def _weights_path(manifest: Path, m: dict) -> Path:
     path = manifest.resolve().parent.parent / m["weights"]
     if not path.is_file():
         raise LnReproError(f"{path}: weights file named by {manifest} not found")
-    digest = _sha256(path)
+    digest = file_sha256(path)
     if digest != m["sha256"]:
         raise LnReproError(f"{path}: corrupt checkpoint (sha256 {digest[:12]}... but {manifest} records "
                            f"{str(m['sha256'])[:12]}...)")

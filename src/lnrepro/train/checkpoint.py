@@ -22,18 +22,7 @@ from typing import Any
 import torch
 
 from ..errors import LnReproError
-from ..io import atomic_torch_save, atomic_write_json, read_json
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    except FileNotFoundError as e:
-        raise LnReproError(f"{path}: file not found") from e
-    return h.hexdigest()
+from ..io import atomic_torch_save, atomic_write_json, file_sha256, read_json
 
 
 def run_digest(config_json: Path, inputs: list[Path]) -> dict[str, Any]:

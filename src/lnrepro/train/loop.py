@@ -5,12 +5,11 @@ with the config slice in ``config.json``, keeping everything it needs across att
 (checkpoint.py) and writing the declared outputs (run.json, train.jsonl, summary.json, epochs/epochNNN.json)
 from that state at the end. File formats: docs/outputs.md.
 
-Also runnable as ``python -m lnrepro.train.loop RUN_DIR CONFIG_JSON BPE_DIR --threads N``.
+Run it as ``lnrepro train --config CONFIG_JSON --bpe BPE_DIR --run-dir RUN_DIR --threads N``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -26,11 +25,11 @@ import torch
 from tqdm import tqdm
 
 from ..errors import LnReproError
-from ..io import atomic_torch_save, atomic_write_json, atomic_write_text, cpu_name, read_json, where_ran
+from ..io import atomic_torch_save, atomic_write_json, atomic_write_text, cpu_name, file_sha256, read_json, where_ran
 from ..model import ModelConfig, Transformer, weights_blob
 from ..vocab import PAD
 from .batching import batch_by_size, collate, epoch_order, read_ids
-from .checkpoint import RunLog, StateDir, capture_rng, file_sha256, finite_json, restore_rng, run_digest
+from .checkpoint import RunLog, StateDir, capture_rng, finite_json, restore_rng, run_digest
 from .gradstats import layer_grad_norms, total_grad_norm
 from .loss import label_smoothed_nll_loss
 from .schedule import lr_at
@@ -361,22 +360,3 @@ def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int) -> 
         trainer.state_dir.mark_finished({"digest": trainer.digest["digest"], "time": time.time()})
     finally:
         trainer.log.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lnrepro.train.loop", description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir", type=Path)
-    ap.add_argument("config_json", type=Path)
-    ap.add_argument("bpe_dir", type=Path)
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
-    try:
-        train_run(args.run_dir, args.config_json, args.bpe_dir, args.threads)
-    except LnReproError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
