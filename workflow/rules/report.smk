@@ -1,6 +1,6 @@
 # The report: Figure 4 reproduced, the factorial comparisons with their confounds, stability, wall-clock.
 
-from lnrepro.analysis.plots import FIGURES
+from lnrepro.analysis import FIGURES
 
 # The figures make_report draws, each with a caption in workflow/report/<name>.rst.
 REPORT_FIGURES = [Path(f).stem for f in FIGURES.values()]

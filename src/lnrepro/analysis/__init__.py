@@ -7,3 +7,15 @@ gradient-at-initialization study. Submodules are imported on use (matplotlib and
 - ``lnrepro.analysis.report``: ``make_report(exp_dir, experiment, out_dir) -> Path`` (report/index.html)
 - ``lnrepro.analysis.gradinit``: ``run_gradinit(...)`` (analysis/gradinit.csv)
 """
+
+# The figures the report draws (file names in report/figures/); the Snakefile declares them, so this stays
+# importable without matplotlib.
+FIGURES = {
+    "loss_epoch": "val_loss_vs_epoch.png",
+    "bleu_epoch": "bleu_vs_epoch.png",
+    "loss_wall": "val_loss_vs_wallclock.png",
+    "bleu_wall": "bleu_vs_wallclock.png",
+    "grad_layers": "grad_norms_early_by_layer.png",
+    "grad_total": "grad_norm_total_early.png",
+    "gradinit": "gradinit_by_layer.png",
+}

@@ -20,17 +20,9 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..io import atomic_write_bytes  # noqa: E402
+from . import FIGURES  # noqa: E402
 
 # File names of the figures (workflow/report/<stem>.rst holds each caption).
-FIGURES = {
-    "loss_epoch": "val_loss_vs_epoch.png",
-    "bleu_epoch": "bleu_vs_epoch.png",
-    "loss_wall": "val_loss_vs_wallclock.png",
-    "bleu_wall": "bleu_vs_wallclock.png",
-    "grad_layers": "grad_norms_early_by_layer.png",
-    "grad_total": "grad_norm_total_early.png",
-    "gradinit": "gradinit_by_layer.png",
-}
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
