@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fixtures_iwslt import FixtureArchive, build_iwslt_archive, serve
-from lnrepro.data.iwslt14 import (TEST_SETS, extract_segments, fetch_iwslt14, filter_train_lines, prepare_iwslt14,
-                                  prepare_xml)
+from lnrepro.data.download import fetch
+from lnrepro.data.iwslt14 import TEST_SETS, extract_segments, filter_train_lines, prepare_iwslt14, prepare_xml
 from lnrepro.data.text import split_lines
 from lnrepro.errors import LnReproError
 from lnrepro.io import read_lines
@@ -31,9 +31,8 @@ def prepared(fixture_archive, tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     with serve() as srv:
         srv.files["de-en.tgz"] = fixture_archive.path.read_bytes()
-        cfg = {"url": [srv.url("de-en.tgz")], "file": "de-en.tgz", "md5": fixture_archive.md5,
-               "size": fixture_archive.size, "archive": None, "mirror": None}
-        archive = fetch_iwslt14(root / "downloads", cfg)
+        archive = fetch([srv.url("de-en.tgz")], root / "downloads" / "de-en.tgz", md5=fixture_archive.md5,
+                        size=fixture_archive.size)
     out = root / "exp" / "data" / "prepared"
     stats = prepare_iwslt14(archive, out, fixture_archive.counts, threads=1)
     return out, stats

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lnrepro.evaluate.search import beam_search, beam_search_nbest, greedy, length_batches, pad_batch, translate
-from lnrepro.vocab import BOS, EOS, PAD, UNK
+from lnrepro.vocab import BOS, EOS, PAD
 
 torch.set_num_threads(1)
 

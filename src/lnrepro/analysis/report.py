@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import LnReproError
-from ..io import atomic_write_text, read_json, where_ran
+from ..io import atomic_write_text, where_ran
 from . import aggregate as ag
 from .confounds import differing_keys, flatten, write_confounds
 from .plots import make_figures
@@ -315,9 +315,3 @@ def make_report(exp_dir: Path, experiment: dict[str, Any] | None = None, out_dir
     index = out_dir / "index.html"
     atomic_write_text(index, doc)
     return index
-
-
-def main_report(exp_dir: Path, out_dir: Path | None = None) -> Path:
-    """Convenience for the CLI: read experiment.json from ``exp_dir`` and build the report."""
-    exp = read_json(Path(exp_dir) / "experiment.json")
-    return make_report(Path(exp_dir), exp, out_dir)

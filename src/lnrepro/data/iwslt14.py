@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import LnReproError
 from . import text as T
-from .download import fetch, file_digests
+from .download import file_digests
 from .prepared import write_prepared
 
 LANGS = ("de", "en")
@@ -92,28 +92,6 @@ class _Archive:
     def close(self) -> None:
         if self._tar is not None:
             self._tar.close()
-
-
-def fetch_iwslt14(dest_dir: Path, cfg: dict, config_key: str = "defaults.data.iwslt14") -> Path:
-    """Download (or take from ``cfg['archive']`` / ``cfg['mirror']``) de-en.tgz into ``dest_dir``, verified.
-
-    ``cfg`` is the ``data.iwslt14`` config section: ``url`` (a URL or a list of them), ``file`` (default
-    ``de-en.tgz``), ``md5``, ``sha256``, ``size`` (each null = unchecked), ``archive``, ``mirror``.
-    """
-    urls = cfg.get("url") or []
-    urls = [urls] if isinstance(urls, str) else list(urls)
-    return fetch(
-        urls,
-        Path(dest_dir) / (cfg.get("file") or "de-en.tgz"),
-        md5=cfg.get("md5"),
-        sha256=cfg.get("sha256"),
-        size=cfg.get("size"),
-        archive=Path(cfg["archive"]) if cfg.get("archive") else None,
-        mirror=Path(cfg["mirror"]) if cfg.get("mirror") else None,
-        checksum_key=f"{config_key}.md5",  # a sha256 mismatch names {config_key}.sha256
-        archive_key=f"{config_key}.archive",
-        mirror_key=f"{config_key}.mirror",
-    )
 
 
 def filter_train_lines(lines: list[str]) -> tuple[list[str], dict[str, Any]]:

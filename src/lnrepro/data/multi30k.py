@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import LnReproError
 from . import text as T
-from .download import fetch, file_digests
+from .download import file_digests
 from .prepared import write_prepared
 
 LANGS = ("de", "en")
@@ -28,28 +28,6 @@ def file_names(cfg: dict) -> dict[str, str]:
     """``{split}.{lang}`` -> file name (e.g. ``valid.de`` -> ``val.de.gz``) from ``cfg['files']``."""
     stems = {**DEFAULT_FILES, **(cfg.get("files") or {})}
     return {f"{split}.{lang}": f"{stems[split]}.{lang}.gz" for split in DEFAULT_FILES for lang in LANGS}
-
-
-def fetch_multi30k(dest_dir: Path, cfg: dict, config_key: str = "defaults.data.multi30k") -> dict[str, Path]:
-    """Download (or take from ``cfg['mirror']``) the six raw files into ``dest_dir``, checksum-verified.
-
-    Uses ``cfg['url']`` (the base URL, ending in ``/``), ``cfg['sha256']`` (file name -> digest) and
-    ``cfg['mirror']`` (a folder holding the files, or null). Returns ``{split}.{lang}`` -> path.
-    """
-    digests = cfg.get("sha256") or {}
-    base = cfg.get("url") or ""
-    out = {}
-    for key, name in file_names(cfg).items():
-        out[key] = fetch(
-            [base.rstrip("/") + "/" + name] if base else [],
-            Path(dest_dir) / name,
-            sha256=digests.get(name),
-            mirror=Path(cfg["mirror"]) if cfg.get("mirror") else None,
-            checksum_key=f"{config_key}.sha256.{name}",
-            archive_key=f"{config_key}.mirror",
-            mirror_key=f"{config_key}.mirror",
-        )
-    return out
 
 
 def _read_gz_lines(path: Path) -> list[str]:
@@ -66,7 +44,7 @@ def prepare_multi30k(files: dict[str, Path] | Path, out_dir: Path, cfg: dict, th
     """Prepare Multi30k into ``out_dir`` (the files of lnrepro.data.prepared) and return the stats.
 
     ``files`` is a folder holding the six ``.gz`` files, or a mapping ``{split}.{lang}`` -> path (as returned by
-    :func:`fetch_multi30k`). ``cfg`` is the ``data.multi30k`` config section (``files``, ``clean``,
+    `lnrepro download`). ``cfg`` is the ``data.multi30k`` config section (``files``, ``clean``,
     optional ``expected_counts`` mapping train/valid/test to line counts checked after preparation).
     """
     names = file_names(cfg)
