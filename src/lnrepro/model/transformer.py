@@ -216,50 +216,41 @@ class FeedForward(nn.Module):
         return self.fc2(self.activation_dropout(F.relu(self.fc1(x))))
 
 
-class EncoderLayer(nn.Module):
-    """Self-attention and FFN sublayers; post: x = LN(x + F(x)); pre: x = x + F(LN(x))."""
+class _Layer(nn.Module):
+    """What encoder and decoder layers share: self-attention and FFN sublayers and the LN placement."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, cross_attention: bool = False) -> None:
         super().__init__()
         self.pre = cfg.norm == "pre"
         self.self_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
         self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
-        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
-        self.final_layer_norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
-        residual = x
-        h = self.self_attn_layer_norm(x) if self.pre else x
-        x = residual + self.dropout(self.self_attn(h, key_pad=pad_mask))
-        if not self.pre:
-            x = self.self_attn_layer_norm(x)
-        residual = x
-        h = self.final_layer_norm(x) if self.pre else x
-        x = residual + self.dropout(self.ffn(h))
-        if not self.pre:
-            x = self.final_layer_norm(x)
-        return x
-
-
-class DecoderLayer(nn.Module):
-    """Causal self-attention, encoder attention and FFN sublayers, same LN placement as the encoder."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.pre = cfg.norm == "pre"
-        self.self_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
-        self.encoder_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.encoder_attn_layer_norm = nn.LayerNorm(cfg.d_model)
+        if cross_attention:  # created here, in fairseq's order, so a seed gives the same initial weights
+            self.encoder_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+            self.encoder_attn_layer_norm = nn.LayerNorm(cfg.d_model)
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
         self.final_layer_norm = nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def _sublayer(self, x: torch.Tensor, norm: nn.LayerNorm, fn) -> torch.Tensor:
+        """post: LN(x + F(x)); pre: x + F(LN(x))."""
         h = norm(x) if self.pre else x
         x = x + self.dropout(fn(h))
         return x if self.pre else norm(x)
+
+
+class EncoderLayer(_Layer):
+    """Self-attention and FFN sublayers."""
+
+    def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self._sublayer(x, self.self_attn_layer_norm, lambda h: self.self_attn(h, key_pad=pad_mask))
+        return self._sublayer(x, self.final_layer_norm, self.ffn)
+
+
+class DecoderLayer(_Layer):
+    """Causal self-attention, encoder attention and FFN sublayers."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg, cross_attention=True)
 
     def forward(self, x: torch.Tensor, enc: EncoderOut, cache: dict | None = None) -> torch.Tensor:
         x = self._sublayer(x, self.self_attn_layer_norm,
