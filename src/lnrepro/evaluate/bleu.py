@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Sequence
 
 from sacrebleu.metrics import BLEU
 
+from ..bpe import decode, load_spm  # load_spm re-exported: scoring loads the model as the BPE stage does
 from ..errors import LnReproError
 from ..vocab import EOS
 
@@ -99,24 +99,9 @@ def detok_sacrebleu(hyps_tok: Sequence[str], raw_refs: Sequence[str], lang: str 
     return _score(BLEU(lowercase=True), detokenize(hyps_tok, lang), raw_refs)
 
 
-def load_spm(model_path: Path):
-    """Load the sentencepiece model; a missing or unreadable file is a clear LnReproError."""
-    import sentencepiece as spm
-
-    model_path = Path(model_path)
-    if not model_path.is_file():
-        raise LnReproError(f"{model_path}: sentencepiece model not found")
-    sp = spm.SentencePieceProcessor()
-    try:
-        sp.Load(str(model_path))
-    except Exception as e:  # sentencepiece raises OSError/RuntimeError depending on the version
-        raise LnReproError(f"{model_path}: not a readable sentencepiece model ({e})") from e
-    return sp
-
-
 def ids_to_text(sp, ids: Sequence[int]) -> str:
     """Decode one hypothesis to text: everything from the first EOS on is dropped (control ids vanish)."""
     ids = list(ids)
     if EOS in ids:
         ids = ids[: ids.index(EOS)]
-    return sp.decode(ids)
+    return decode(sp, ids)
