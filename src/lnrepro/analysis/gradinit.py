@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import LnReproError
+from ..norms import NORMS
 from .aggregate import to_csv_text
 
 CSV_COLUMNS = ["norm", "seed", "stack", "layer", "sublayer", "param", "grad_norm",
@@ -150,9 +151,9 @@ def gradient_norms(model, batches: list[tuple], eps: float) -> tuple[dict[tuple,
 
 def run_gradinit(experiment: dict[str, Any], bpe_dir: Path, out_csv: Path, threads: int, batches: int,
                  seeds: list[int], max_tokens: int, *, dropout: bool = False) -> pd.DataFrame:
-    """For norm in (post, pre) and each seed: initialize the model, take ``batches`` real training
-    batches of at most ``max_tokens`` tokens, and record each layer weight's gradient norm averaged over
-    the batches. Writes ``out_csv`` atomically (columns CSV_COLUMNS) and returns the table."""
+    """For each registered norm variant (lnrepro.norms.NORMS: post, pre, ...) and each seed: initialize the
+    model, take ``batches`` real training batches of at most ``max_tokens`` tokens, and record each layer
+    weight's gradient norm averaged over the batches. Writes ``out_csv`` atomically (columns CSV_COLUMNS) and returns the table."""
     import torch
     from tqdm import tqdm
 
@@ -171,12 +172,12 @@ def run_gradinit(experiment: dict[str, Any], bpe_dir: Path, out_csv: Path, threa
     from ..model import Transformer
 
     rows: list[dict[str, Any]] = []
-    jobs = [(s, n) for s in seeds for n in ("post", "pre")]
+    jobs = [(s, n) for s in seeds for n in NORMS]
     data: dict[int, list[tuple]] = {}
     for seed, norm in tqdm(jobs, desc="gradinit", unit="model"):
-        if seed not in data:  # same batches for both norm positions of a seed
+        if seed not in data:  # same batches for every norm position of a seed
             data[seed] = choose_batches(bpe_dir, max_tokens, batches, seed, multiple)
-        torch.manual_seed(seed)  # same seed -> the same initial weight matrices for post and pre
+        torch.manual_seed(seed)  # same seed -> the same initial weight matrices for every norm position
         model = Transformer(build_model_config(model_sec, vocab, norm))
         model.train(dropout)  # eval mode = dropout off; autograd works either way
         norms, tokens = gradient_norms(model, data[seed], eps)

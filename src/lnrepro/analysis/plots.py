@@ -1,9 +1,10 @@
 """The report's figures (one job: draw PNGs from the aggregate tables; matplotlib, Agg backend).
 
 Every figure is rendered to bytes and written atomically into report/figures/. Runs keep one colour in
-every figure (their position in ``select``); Post-LN runs are drawn solid, Pre-LN dashed, so the norm
-position reads at a glance. Curves are seed means with a band from the seed minimum to maximum;
-runs with diverged seeds say so in the legend.
+every figure (their position in ``select``); the line style follows the run's ``model.norm`` (Post-LN solid,
+Pre-LN dashed, further variants of ``lnrepro.norms.NORMS`` dotted, dash-dotted), so the norm position reads at a
+glance. Curves are seed means with a band from the seed minimum to maximum; runs with diverged seeds say so in
+the legend.
 """
 
 from __future__ import annotations
@@ -20,9 +21,20 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..io import atomic_write_bytes  # noqa: E402
+from ..norms import NORMS  # noqa: E402
 from . import FIGURES  # noqa: E402
 
 # File names of the figures (workflow/report/<stem>.rst holds each caption).
+
+# Per norm variant, by its position in NORMS (post, pre, then any other): line style, and colour in gradinit.
+_NORM_LINESTYLES = ["-", "--", ":", "-."]
+_NORM_COLORS = ["tab:red", "tab:blue", "tab:green", "tab:purple"]
+
+
+def norm_style(norm: str | None) -> dict[str, str]:
+    """Line style and colour of a norm variant; those of the first registered one when ``norm`` is unknown."""
+    i = list(NORMS).index(norm) if norm in NORMS else 0
+    return {"linestyle": _NORM_LINESTYLES[i % len(_NORM_LINESTYLES)], "color": _NORM_COLORS[i % len(_NORM_COLORS)]}
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -35,14 +47,12 @@ def _save(fig: plt.Figure, path: Path) -> Path:
 
 
 def run_styles(runs: list[str], experiment: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """Colour per run (by order) and line style per norm position (post solid, pre dashed)."""
+    """Colour per run (by order) and line style per norm position (the run's resolved model.norm)."""
     cmap = plt.get_cmap("tab10")
     styles = {}
     for i, run in enumerate(runs):
         norm = (((experiment or {}).get("runs") or {}).get(run) or {}).get("model", {}).get("norm")
-        if norm is None:
-            norm = "pre" if run.startswith("pre") else "post"
-        styles[run] = {"color": cmap(i % 10), "linestyle": "--" if norm == "pre" else "-"}
+        styles[run] = {"color": cmap(i % 10), "linestyle": norm_style(norm)["linestyle"]}
     return styles
 
 
@@ -191,15 +201,17 @@ def plot_total_grad(curves: pd.DataFrame, max_update: int, out: Path, styles: di
 
 
 def plot_gradinit(gradinit: pd.DataFrame, out: Path) -> Path:
-    """Gradient norm at initialization by layer (the paper's Figure 3), Post-LN vs Pre-LN, for each
-    (stack, sublayer); the value per layer is the sum of squares of that sublayer's weight matrices
-    (q,k,v,out or W1,W2), square-rooted: the Frobenius norm of the sublayer's whole gradient."""
+    """Gradient norm at initialization by layer (the paper's Figure 3), one line per norm variant (labelled
+    as registered: Post-LN vs Pre-LN), for each (stack, sublayer); the value per layer is the sum of squares of
+    that sublayer's weight matrices (q,k,v,out or W1,W2), square-rooted: the Frobenius norm of the sublayer's
+    whole gradient."""
     if gradinit.empty:
         return plot_layer_grads(gradinit, out)
     g = (gradinit.assign(sq=gradinit["grad_norm"] ** 2)
          .groupby(["norm", "seed", "stack", "layer", "sublayer"], sort=False)["sq"].sum() ** 0.5)
     g = g.rename("grad_norm").reset_index()
-    styles = {"post": {"color": "tab:red", "linestyle": "-"}, "pre": {"color": "tab:blue", "linestyle": "--"}}
+    g["norm"] = g["norm"].map(lambda n: NORMS[n].label if n in NORMS else n)
+    styles = {v.label: norm_style(name) for name, v in NORMS.items()}
     return plot_layer_grads(g, out, value="grad_norm", group="norm", styles=styles,
                             title="gradient norm at initialization (mean over seeds; band: seed min/max)")
 

@@ -1,4 +1,5 @@
-"""The encoder-decoder Transformer (Post-LN or Pre-LN), fairseq 0.9.0 semantics; see transformer.py."""
+"""The encoder-decoder Transformer, fairseq 0.9.0 semantics, LayerNorm placement from ``lnrepro.norms``;
+see transformer.py."""
 
 from .transformer import (
     Attention,
@@ -7,6 +8,7 @@ from .transformer import (
     EncoderOut,
     FeedForward,
     KVCache,
+    LayerCache,
     ModelConfig,
     Transformer,
     load_model,
@@ -15,6 +17,6 @@ from .transformer import (
 )
 
 __all__ = [
-    "Attention", "DecoderLayer", "EncoderLayer", "EncoderOut", "FeedForward", "KVCache", "ModelConfig",
-    "Transformer", "load_model", "sinusoidal_table", "weights_blob",
+    "Attention", "DecoderLayer", "EncoderLayer", "EncoderOut", "FeedForward", "KVCache", "LayerCache",
+    "ModelConfig", "Transformer", "load_model", "sinusoidal_table", "weights_blob",
 ]

@@ -1,19 +1,23 @@
-"""The encoder-decoder Transformer of the paper, Post-LN or Pre-LN, in one file.
+"""The encoder-decoder Transformer of the paper in one file; where its LayerNorms go is ``model.norm``.
 
 Modeled on nanoGPT's ``model.py`` (one config dataclass, small modules, one init method, ``num_params``,
-a FLOPs/MFU estimate) and faithful to fairseq 0.9.0's ``transformer_iwslt_de_en`` in everything that affects
-initialization and optimization (Xiong et al. 2020 trained with fairseq):
+a FLOPs estimate) and faithful to fairseq 0.9.0's ``transformer_iwslt_de_en`` in everything that affects
+initialization and optimization (Xiong et al. 2020 trained with fairseq). The LayerNorm placement of each
+sublayer, and whether each stack ends with a LayerNorm, come from the registry in ``lnrepro.norms`` (Post-LN,
+Pre-LN, and any variant registered there); docs/architecture.md describes how the pieces fit together.
 
 - fairseq/models/transformer.py (0.9.0): ``TransformerEncoder``/``TransformerDecoder``: token embeddings scaled
   by sqrt(d_model), sinusoidal positions added, dropout; after the last layer one LayerNorm only when
-  ``normalize_before`` (Pre-LN); decoder output through the (shared) embedding matrix, no bias;
-  ``Embedding()``: N(0, d^-0.5) with the padding row zero; ``Linear()``: Xavier-uniform, zero bias.
+  ``normalize_before`` (Pre-LN; ``NormVariant.final_norm``); decoder output through the (shared) embedding
+  matrix, no bias; ``Embedding()``: N(0, d^-0.5) with the padding row zero; ``Linear()``: Xavier-uniform,
+  zero bias.
 - fairseq/modules/transformer_layer.py (0.9.0): ``TransformerEncoderLayer``/``TransformerDecoderLayer``:
-  each sublayer is ``residual = x; [LN if pre]; x = F(x); dropout; x = residual + x; [LN if post]``;
-  the FFN is fc1 -> ReLU -> dropout(activation_dropout) -> fc2.
+  each sublayer is ``residual = x; [LN if pre]; x = F(x); dropout; x = residual + x; [LN if post]``
+  (``NormVariant.sublayer``); the FFN is fc1 -> ReLU -> dropout(activation_dropout) -> fc2.
 - fairseq/modules/multihead_attention.py (0.9.0): separate q/k/v projections, Xavier-uniform with gain
   1/sqrt(2) (PyTorch's default bias init kept), out_proj Xavier-uniform with zero bias, q scaled by
-  head_dim^-0.5, dropout on the attention probabilities.
+  head_dim^-0.5, dropout on the attention probabilities; in incremental decoding the self-attention keys/values
+  grow by one step per call and the encoder-attention ones are computed once (``static_kv``): ``LayerCache``.
 - fairseq/modules/sinusoidal_positional_embedding.py (0.9.0): half sin, half cos, frequencies
   exp(-i * log(10000) / (half_dim - 1)), positions numbered from padding_idx + 1 (fairseq/utils.py
   ``make_positions``), the padding position's row zero; incremental decoding uses position padding_idx + step.
@@ -35,18 +39,23 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import LnReproError
+from ..norms import norm_variant
 from ..vocab import PAD
 
 
 @dataclass
 class ModelConfig:
-    """Architecture hyper-parameters (defaults: the paper's transformer_iwslt_de_en, dropout 0.1)."""
+    """Architecture hyper-parameters (defaults: the paper's transformer_iwslt_de_en, dropout 0.1).
+
+    Plain values, not validated here: the configuration layer checks them once, when the config is loaded.
+    """
 
     vocab_size: int
     encoder_layers: int = 6
@@ -57,18 +66,10 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    norm: str = "post"  # "post" | "pre"
+    norm: str = "post"  # a name registered in lnrepro.norms.NORMS: "post" (Post-LN) or "pre" (Pre-LN)
     share_decoder_embeddings: bool = True  # decoder input embedding == output projection
     share_all_embeddings: bool = False  # one embedding for encoder, decoder and output
     max_positions: int = 1024
-
-    def __post_init__(self) -> None:
-        if self.norm not in ("post", "pre"):
-            raise LnReproError(f"model.norm: expected 'post' or 'pre', got {self.norm!r}")
-        if self.d_model % self.heads != 0:
-            raise LnReproError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
-        if self.share_all_embeddings and not self.share_decoder_embeddings:
-            raise LnReproError("model.share_all_embeddings requires model.share_decoder_embeddings")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -87,21 +88,50 @@ class EncoderOut:
         return EncoderOut(self.out.index_select(0, index), self.pad_mask.index_select(0, index))
 
 
-class KVCache:
-    """Per decoder layer: self-attention keys/values so far and the (static) encoder-attention keys/values.
+KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, heads, len, head_dim]
 
-    Tensors are [B, heads, len, head_dim]. ``length`` is the number of target positions already decoded.
-    """
+
+class LayerCache:
+    """One decoder layer's keys/values in incremental decoding (fairseq's incremental_state for the layer)."""
+
+    def __init__(self) -> None:
+        self.self_kv: KV | None = None  # self-attention: every position decoded so far
+        self.encoder_kv: KV | None = None  # encoder attention: the encoder output's, computed once
+
+    def self_attention(self, k: torch.Tensor, v: torch.Tensor) -> KV:
+        """Append this step's keys/values and return those of all positions so far."""
+        if self.self_kv is not None:
+            k = torch.cat([self.self_kv[0], k], dim=2)
+            v = torch.cat([self.self_kv[1], v], dim=2)
+        self.self_kv = (k, v)
+        return self.self_kv
+
+    def encoder_attention(self, compute_kv: Callable[[], KV]) -> KV:
+        """The encoder output's keys/values: ``compute_kv()`` at the first step, the stored ones after
+        (fairseq's static_kv: the encoder output does not change while decoding)."""
+        if self.encoder_kv is None:
+            self.encoder_kv = compute_kv()
+        return self.encoder_kv
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Select/repeat batch rows in place (beam search)."""
+        if self.self_kv is not None:
+            self.self_kv = (self.self_kv[0].index_select(0, index), self.self_kv[1].index_select(0, index))
+        if self.encoder_kv is not None:
+            self.encoder_kv = (self.encoder_kv[0].index_select(0, index), self.encoder_kv[1].index_select(0, index))
+
+
+class KVCache:
+    """The decoder's cache: one ``LayerCache`` per layer; ``length`` = target positions already decoded."""
 
     def __init__(self, num_layers: int) -> None:
-        self.layers: list[dict[str, torch.Tensor]] = [{} for _ in range(num_layers)]
+        self.layers = [LayerCache() for _ in range(num_layers)]
         self.length = 0
 
     def reorder(self, index: torch.Tensor) -> "KVCache":
         """Reorder the batch dimension in place (beam search) and return self."""
         for layer in self.layers:
-            for key, t in layer.items():
-                layer[key] = t.index_select(0, index)
+            layer.reorder(index)
         return self
 
 
@@ -165,26 +195,18 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, key_pad: torch.Tensor | None = None,
-                causal: bool = False, cache: dict[str, torch.Tensor] | None = None,
-                prefix: str = "self") -> torch.Tensor:
-        """x [B,T,D] queries; memory [B,S,D] keys/values (None: self-attention); key_pad [B,S] True at padding.
+    def _kv(self, src: torch.Tensor) -> KV:
+        return self._split(self.k_proj(src)), self._split(self.v_proj(src))
 
-        With ``cache``: self-attention appends this step's keys/values; encoder attention (memory given)
-        computes its keys/values once and reuses them (fairseq's static_kv).
-        """
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, key_pad: torch.Tensor | None = None,
+                causal: bool = False, cache: LayerCache | None = None) -> torch.Tensor:
+        """x [B,T,D] queries; memory [B,S,D] keys/values (None: self-attention); key_pad [B,S] True at padding;
+        ``cache``: the decoder layer's keys/values in incremental decoding."""
         q = self._split(self.q_proj(x))
-        kk, vk = f"{prefix}_k", f"{prefix}_v"
-        if memory is not None and cache is not None and kk in cache:
-            k, v = cache[kk], cache[vk]
+        if memory is None:
+            k, v = self._kv(x) if cache is None else cache.self_attention(*self._kv(x))
         else:
-            src = x if memory is None else memory
-            k, v = self._split(self.k_proj(src)), self._split(self.v_proj(src))
-            if cache is not None:
-                if memory is None and kk in cache:
-                    k = torch.cat([cache[kk], k], dim=2)
-                    v = torch.cat([cache[vk], v], dim=2)
-                cache[kk], cache[vk] = k, v
+            k, v = self._kv(memory) if cache is None else cache.encoder_attention(lambda: self._kv(memory))
         mask = None
         is_causal = False
         if key_pad is not None:
@@ -217,11 +239,11 @@ class FeedForward(nn.Module):
 
 
 class _Layer(nn.Module):
-    """What encoder and decoder layers share: self-attention and FFN sublayers and the LN placement."""
+    """What encoder and decoder layers share: self-attention and FFN sublayers, arranged by ``model.norm``."""
 
     def __init__(self, cfg: ModelConfig, cross_attention: bool = False) -> None:
         super().__init__()
-        self.pre = cfg.norm == "pre"
+        self.arrange = norm_variant(cfg.norm).sublayer  # (x, norm, f, dropout) -> x; Post-LN: LN(x + F(x))
         self.self_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
         self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
         if cross_attention:  # created here, in fairseq's order, so a seed gives the same initial weights
@@ -231,11 +253,10 @@ class _Layer(nn.Module):
         self.final_layer_norm = nn.LayerNorm(cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def _sublayer(self, x: torch.Tensor, norm: nn.LayerNorm, fn) -> torch.Tensor:
-        """post: LN(x + F(x)); pre: x + F(LN(x))."""
-        h = norm(x) if self.pre else x
-        x = x + self.dropout(fn(h))
-        return x if self.pre else norm(x)
+    def _sublayer(self, x: torch.Tensor, norm: nn.LayerNorm,
+                  fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """The sublayer ``fn`` with its LayerNorm, residual connection and dropout, as the norm variant says."""
+        return self.arrange(x, norm, fn, self.dropout)
 
 
 class EncoderLayer(_Layer):
@@ -252,12 +273,10 @@ class DecoderLayer(_Layer):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg, cross_attention=True)
 
-    def forward(self, x: torch.Tensor, enc: EncoderOut, cache: dict | None = None) -> torch.Tensor:
-        x = self._sublayer(x, self.self_attn_layer_norm,
-                           lambda h: self.self_attn(h, causal=True, cache=cache, prefix="self"))
+    def forward(self, x: torch.Tensor, enc: EncoderOut, cache: LayerCache | None = None) -> torch.Tensor:
+        x = self._sublayer(x, self.self_attn_layer_norm, lambda h: self.self_attn(h, causal=True, cache=cache))
         x = self._sublayer(x, self.encoder_attn_layer_norm,
-                           lambda h: self.encoder_attn(h, memory=enc.out, key_pad=enc.pad_mask, cache=cache,
-                                                       prefix="enc"))
+                           lambda h: self.encoder_attn(h, memory=enc.out, key_pad=enc.pad_mask, cache=cache))
         return self._sublayer(x, self.final_layer_norm, self.ffn)
 
 
@@ -271,6 +290,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
+        variant = norm_variant(cfg.norm)  # an unknown model.norm fails here, naming the registered ones
         d, v = cfg.d_model, cfg.vocab_size
         self.embed_scale = math.sqrt(d)  # fairseq: embed_scale = sqrt(embed_dim)
         self.encoder_embed = nn.Embedding(v, d, padding_idx=PAD)
@@ -283,8 +303,8 @@ class Transformer(nn.Module):
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         # Pre-LN: one final LN after each stack; Post-LN: none (fairseq: layer_norm iff normalize_before)
-        self.encoder_norm = nn.LayerNorm(d) if cfg.norm == "pre" else None
-        self.decoder_norm = nn.LayerNorm(d) if cfg.norm == "pre" else None
+        self.encoder_norm = nn.LayerNorm(d) if variant.final_norm else None
+        self.decoder_norm = nn.LayerNorm(d) if variant.final_norm else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -366,10 +386,6 @@ class Transformer(nn.Module):
         dec += src_tokens * c.decoder_layers * 2 * d * d  # encoder-attention keys/values
         out = tgt_tokens * d * c.vocab_size
         return 3 * 2 * float(enc + dec + out)
-
-    def estimate_mfu(self, flops: float, dt: float, peak_flops: float) -> float:
-        """Model FLOPs utilization: achieved flops/dt over the hardware's peak (e.g. 989e12 for H100 bf16)."""
-        return flops / dt / peak_flops
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> Transformer:
