@@ -1,4 +1,4 @@
-"""Loss and per-layer gradient norms over the first updates of two runs, on real batches (issue 4's check).
+"""Loss and per-layer gradient norms over the first updates of two runs, on real batches.
 
 Trains each run with the project's training loop (`lnrepro.train.loop.train_run`) for ``--updates`` updates
 on an encoded corpus (a `data/bpe` folder the DAG made), in parallel processes of one thread each, then
@@ -12,25 +12,26 @@ The model, optimizer and schedule are the paper config's (config.yaml) unless a 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from lnrepro.config import REPO_ROOT, load_config, run_slice
-from lnrepro.io import atomic_write_json
+from lnrepro.config import REPO_ROOT, experiment, load_config
 
 SHOW = [("encoder", "self_attn"), ("encoder", "ffn"), ("decoder", "self_attn"), ("decoder", "encoder_attn"), ("decoder", "ffn")]
 
 
 def write_configs(args: argparse.Namespace) -> list[Path]:
-    config = load_config([REPO_ROOT / "config.yaml", *args.configfile])
+    x = experiment(load_config([REPO_ROOT / "config.yaml", *args.configfile]))
     paths = []
     for run in args.runs:
-        s = run_slice(config, run, args.seed)
-        s["train"].update(max_updates=args.updates, log_every=args.log_every, checkpoint_every=10**9, precision=args.precision)
+        s = x.run_config(run, args.seed)
+        train = dataclasses.replace(s.train, max_updates=args.updates, log_every=args.log_every,
+                                    checkpoint_every=10**9, precision=args.precision)
         path = args.out / run / "config.json"
-        atomic_write_json(path, s)
+        dataclasses.replace(s, train=train).write(path)
         paths.append(path)
     return paths
 

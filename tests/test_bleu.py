@@ -1,4 +1,4 @@
-"""Tokenized BLEU and sacreBLEU as issue 5 defines them, checked against sacrebleu called directly."""
+"""Tokenized BLEU and sacreBLEU as the scoring stage defines them, checked against sacrebleu called directly."""
 
 from __future__ import annotations
 

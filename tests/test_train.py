@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lnrepro.config import RunConfig, ScheduleSettings
 from lnrepro.train.loop import train_run
 from lnrepro.train.schedule import lr_at
 
@@ -50,11 +51,10 @@ def write_config(path: Path, **train_over) -> Path:
         "train": {"epochs": 4, "max_tokens": 200, "required_batch_size_multiple": 8, "log_every": 4,
                   "precision": "fp32", "device": "cpu", "diverge_loss": 1e6, "max_updates": 0,
                   "checkpoint_every": 3},
-        "data": {"dataset": "synthetic"}, "bpe": {"vocab_size": 100},
+        "data": {"dataset": "synthetic"}, "bpe": {"vocab_size": 100, "character_coverage": 1.0, "seed": 1},
     }
     cfg["train"].update(train_over)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(cfg))
+    RunConfig.from_dict(cfg).write(path)  # as the write_run_config rule writes it
     return path
 
 
@@ -103,7 +103,7 @@ def test_outputs_and_logging(reference):
     for r in steps:
         for lr in r["lrs"]:
             epoch = min(e for e, u in ends.items() if t < u)
-            assert lr == pytest.approx(lr_at(t, epoch, cfg["schedule"], 2e-3), abs=0, rel=1e-12)
+            assert lr == pytest.approx(lr_at(t, epoch, ScheduleSettings.from_dict(cfg["schedule"]), 2e-3), abs=0, rel=1e-12)
             t += 1
     assert steps[0]["lrs"][0] == 0.0  # warm-up: the first update at lr 0
     s = steps[0]

@@ -1,4 +1,4 @@
-"""Special-symbol ids shared by BPE, model, training and decoding (fairseq's dictionary order, design.md)."""
+"""Special-symbol ids shared by BPE, model, training and decoding: fairseq's order (docs/architecture.md, "Vocabulary")."""
 
 BOS = 0
 PAD = 1

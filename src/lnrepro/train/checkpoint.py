@@ -1,4 +1,4 @@
-"""The undeclared ``state/`` folder of a run (design.md, "Checkpoints and resume").
+"""The undeclared ``state/`` folder of a run (docs/architecture.md, "Stages and their contracts").
 
 state/digest.json   the digest this state belongs to (config.json + training inputs)
 state/last.pt       newest complete training state: model, optimizer, updates, epoch, position in the epoch's

@@ -1,7 +1,7 @@
-"""One training run: resumable, instrumented, bitwise reproducible on the CPU (design.md, issue 4).
+"""One training run: resumable, instrumented, bitwise reproducible on the CPU (docs/architecture.md, "train").
 
 ``train_run(run_dir, config_json, bpe_dir, threads)`` trains ``data/bpe/train.de.ids`` -> ``train.en.ids``
-with the config slice in ``config.json``, keeping everything it needs across attempts in ``run_dir/state/``
+with the settings in ``config.json`` (a ``lnrepro.config.RunConfig``), keeping everything it needs across attempts in ``run_dir/state/``
 (checkpoint.py) and writing the declared outputs (run.json, train.jsonl, summary.json, epochs/epochNNN.json)
 from that state at the end. File formats: docs/outputs.md.
 
@@ -25,8 +25,9 @@ import torch
 from tqdm import tqdm
 
 from ..errors import LnReproError
-from ..io import atomic_torch_save, atomic_write_json, atomic_write_text, cpu_name, file_sha256, read_json, where_ran
-from ..model import ModelConfig, Transformer, weights_blob
+from ..config import RunConfig
+from ..io import atomic_torch_save, atomic_write_json, atomic_write_text, cpu_name, file_sha256, where_ran
+from ..model import Transformer, weights_blob
 from ..vocab import PAD
 from .batching import batch_by_size, collate, epoch_order, read_ids
 from .checkpoint import RunLog, StateDir, capture_rng, finite_json, restore_rng, run_digest
@@ -35,23 +36,6 @@ from .loss import label_smoothed_nll_loss
 from .schedule import lr_at
 
 SRC_LANG, TGT_LANG = "de", "en"  # the paper's direction, De -> En
-DEFAULT_CHECKPOINT_EVERY = 1000  # updates between state/last.pt saves (plus one at every epoch end)
-DEFAULT_LOG_EVERY = 100
-
-
-def _section(cfg: dict, name: str) -> dict:
-    sec = cfg.get(name)
-    if not isinstance(sec, dict):
-        raise LnReproError(f"config.json: section '{name}' missing or not a mapping")
-    return sec
-
-
-def _key(sec: dict, section: str, key: str, default: Any = ...) -> Any:
-    if key in sec:
-        return sec[key]
-    if default is ...:
-        raise LnReproError(f"config.json: key '{section + '.' if section else ''}{key}' missing")
-    return default
 
 
 def vocab_size(spm_model: Path) -> int:
@@ -66,22 +50,12 @@ def vocab_size(spm_model: Path) -> int:
         raise LnReproError(f"{spm_model}: not a sentencepiece model ({e})") from e
 
 
-def model_config(cfg: dict, vocab: int) -> ModelConfig:
-    fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"vocab_size"}
-    model = _section(cfg, "model")
-    unknown = sorted(set(model) - fields)
-    if unknown:
-        raise LnReproError(f"config.json: unknown key(s) model.{', model.'.join(unknown)}")
-    return ModelConfig(vocab_size=vocab, **model)
-
-
 def resolve_device(name: str) -> torch.device:
+    """``train.device`` (auto | cpu | cuda) as a torch device; auto takes CUDA when one is visible."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise LnReproError("train.device: 'cuda' requested but no CUDA device is visible")
-    if name not in ("cpu", "cuda"):
-        raise LnReproError(f"train.device: expected 'auto', 'cpu' or 'cuda', got {name!r}")
     return torch.device(name)
 
 
@@ -121,32 +95,19 @@ class _Trainer:
     def __init__(self, run_dir: Path, config_json: Path, bpe_dir: Path, threads: int) -> None:
         self.t_start = time.time()
         self.run_dir, self.config_json, self.bpe_dir, self.threads = Path(run_dir), Path(config_json), Path(bpe_dir), threads
-        self.cfg = read_json(config_json)
+        self.cfg = RunConfig.read(config_json)
         cfg = self.cfg
-        optim, self.sched, train = _section(cfg, "optim"), _section(cfg, "schedule"), _section(cfg, "train")
-        self.seed = int(_key(cfg, "", "seed"))
-        self.lr_max = float(_key(optim, "optim", "lr_max"))
-        self.label_smoothing = float(_key(optim, "optim", "label_smoothing"))
-        self.clip_norm = float(_key(optim, "optim", "clip_norm", 0.0) or 0.0)
-        self.epochs = int(_key(train, "train", "epochs"))
-        self.max_tokens = int(_key(train, "train", "max_tokens"))
-        self.multiple = int(_key(train, "train", "required_batch_size_multiple", 8))
-        self.log_every = max(1, int(_key(train, "train", "log_every", DEFAULT_LOG_EVERY)))
-        self.checkpoint_every = max(1, int(_key(train, "train", "checkpoint_every", DEFAULT_CHECKPOINT_EVERY)))
-        self.precision = _key(train, "train", "precision", "fp32")
-        if self.precision not in ("fp32", "bf16"):
-            raise LnReproError(f"train.precision: expected 'fp32' or 'bf16', got {self.precision!r}")
-        self.diverge_loss = float(_key(train, "train", "diverge_loss", math.inf))
-        self.max_updates = int(_key(train, "train", "max_updates", 0) or 0)
-        lr_at(0, 1, self.sched, self.lr_max)  # validate the schedule section now, not mid-run
+        self.seed, self.sched, self.train = cfg.seed, cfg.schedule, cfg.train
+        self.lr_max, self.label_smoothing, self.clip_norm = cfg.optim.lr_max, cfg.optim.label_smoothing, cfg.optim.clip_norm
+        self.epochs = self.train.epochs
 
         torch.set_num_threads(threads)
         with contextlib.suppress(RuntimeError):  # only settable before any inter-op work started
             torch.set_num_interop_threads(1)
-        self.device = resolve_device(_key(train, "train", "device", "auto"))
+        self.device = resolve_device(self.train.device)
 
         spm_model = self.bpe_dir / "spm.model"
-        self.mcfg = model_config(cfg, vocab_size(spm_model))
+        self.mcfg = cfg.model.model_config(vocab_size(spm_model))
         inputs = [spm_model, self.bpe_dir / f"train.{SRC_LANG}.ids", self.bpe_dir / f"train.{TGT_LANG}.ids"]
         self.digest = run_digest(self.config_json, inputs)
         self.state_dir = StateDir(self.run_dir)
@@ -157,8 +118,8 @@ class _Trainer:
         # Data: batches built once from the seed (fairseq), collated once (cheap, saves per-epoch work).
         src, tgt = _load_pairs(self.bpe_dir, self.mcfg.max_positions)
         self.num_pairs = len(src)
-        index_batches = batch_by_size([len(s) for s in src], [len(t) for t in tgt], self.max_tokens, self.seed,
-                                      self.multiple)
+        index_batches = batch_by_size([len(s) for s in src], [len(t) for t in tgt], self.train.max_tokens, self.seed,
+                                      self.train.required_batch_size_multiple)
         self.batches = []
         for idx in index_batches:
             s, p, t = collate([src[i] for i in idx], [tgt[i] for i in idx])
@@ -172,9 +133,8 @@ class _Trainer:
         # torch.optim.AdamW = fairseq's Adam with decoupled weight decay (p -= lr * wd * p before the Adam step)
         # on every parameter. Difference: AdamW adds eps after the bias correction, fairseq before it; at eps=1e-8
         # this is negligible. Default (foreach) implementation: deterministic on the CPU.
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.0, betas=tuple(_key(optim, "optim", "betas")),
-                                           eps=float(_key(optim, "optim", "eps")),
-                                           weight_decay=float(_key(optim, "optim", "weight_decay")))
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.0, betas=cfg.optim.betas,
+                                           eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
         self.update = 0  # updates done (fairseq num_updates); the next update is t = self.update
         self.epoch, self.pos = 1, 0  # epoch in progress (from 1) and batches of it done
         self.train_s = 0.0  # training time of the retained work (restored on resume)
@@ -191,7 +151,7 @@ class _Trainer:
             self.tokens_done = r["tokens_done"]
             self.last_loss = r.get("last_loss", {})
             restore_rng(r["rng"])
-        self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.precision == "bf16"
+        self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.train.precision == "bf16"
                          else contextlib.nullcontext())
         self.log.write({"kind": "attempt", "attempt": self.attempt, "resumed_update": self.update,
                         "resumed_epoch": self.epoch, "resumed_pos": self.pos, "startup_s": time.time() - self.t_start,
@@ -239,16 +199,16 @@ class _Trainer:
                     logits = model(src, prev)
                 loss_sum, nll_sum = label_smoothed_nll_loss(logits, target, self.label_smoothing)
                 loss = float(loss_sum.detach()) / ntok  # one sync per update: needed for the divergence check
-                if not math.isfinite(loss) or loss > self.diverge_loss:
+                if not math.isfinite(loss) or loss > self.train.diverge_loss:
                     reason = "non-finite loss" if not math.isfinite(loss) else \
-                        f"loss {loss:.4g} > train.diverge_loss {self.diverge_loss:g}"
+                        f"loss {loss:.4g} > train.diverge_loss {self.train.diverge_loss:g}"
                     self.end = {"reason": "diverged", "update": self.update + 1, "epoch": self.epoch,
                                 "detail": reason, "loss": loss if math.isfinite(loss) else None, "lr": lr}
                     self.log.write({"kind": "diverged", "attempt": self.attempt, **self.end, "time": time.time()})
                     break
                 opt.zero_grad(set_to_none=True)
                 (loss_sum / ntok).backward()  # fairseq: gradient divided by the number of target tokens
-                logged = (self.update + 1) % self.log_every == 0 or self.pos + 1 == nb
+                logged = (self.update + 1) % self.train.log_every == 0 or self.pos + 1 == nb
                 gnorm = None
                 if self.clip_norm > 0:
                     gnorm = float(torch.nn.utils.clip_grad_norm_(params, self.clip_norm))
@@ -275,10 +235,10 @@ class _Trainer:
                                     "time": time.time()})
                     bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", refresh=False)
                     lrs, tok_since, t_since = [], 0, now
-                if self.max_updates and self.update >= self.max_updates:
+                if self.train.max_updates and self.update >= self.train.max_updates:
                     self.end = {"reason": "max_updates", "update": self.update, "epoch": self.epoch}
                     break
-                if self.update % self.checkpoint_every == 0 and self.pos < nb:
+                if self.update % self.train.checkpoint_every == 0 and self.pos < nb:
                     self._save_last()
             bar.close()
             if self.end is not None and self.end["reason"] == "diverged":
@@ -306,7 +266,7 @@ class _Trainer:
                 manifest = {"epoch": ep, "status": status, "weights": None, "sha256": None,
                             "updates": self.update, "wall_s": self.train_s, "partial": False,
                             "reason": end.get("detail", end["reason"])}
-            manifest.update({"run": self.cfg.get("run"), "seed": self.seed,
+            manifest.update({"run": self.cfg.run, "seed": self.seed,
                              "config_sha256": self.digest["parts"]["config.json"], "where_ran": ran})
             atomic_write_json(run_dir / "epochs" / f"epoch{ep:03d}.json", manifest)
         atomic_write_text(run_dir / "train.jsonl",
@@ -320,12 +280,12 @@ class _Trainer:
         attempt_wall[self.attempt] = time.time() - self.t_start
         commit, dirty = git_commit()
         atomic_write_json(run_dir / "run.json", finite_json({
-            "run": self.cfg.get("run"), "seed": self.seed, "config": self.cfg,
+            "run": self.cfg.run, "seed": self.seed, "config": self.cfg.to_dict(),
             "config_sha256": self.digest["parts"]["config.json"], "inputs_sha256": self.digest["parts"],
             "state_digest": self.digest["digest"], "model_config": dataclasses.asdict(self.mcfg),
             "num_params": self.model.num_params(), "torch_version": torch.__version__,
             "python_version": platform.python_version(), "device": self.device.type,
-            "device_name": device_name(self.device), "threads": self.threads, "precision": self.precision,
+            "device_name": device_name(self.device), "threads": self.threads, "precision": self.train.precision,
             "optimizer": "torch.optim.AdamW (decoupled weight decay, as fairseq's Adam)",
             "train_pairs": self.num_pairs, "batches_per_epoch": len(self.batches),
             "source_lang": SRC_LANG, "target_lang": TGT_LANG,
@@ -334,7 +294,7 @@ class _Trainer:
         target_tokens = sum(b[3] for b in self.batches)
         epochs_full = sum(1 for r in self.epoch_records if not r.get("partial"))
         atomic_write_json(run_dir / "summary.json", finite_json({
-            "run": self.cfg.get("run"), "seed": self.seed, "status": end["reason"],
+            "run": self.cfg.run, "seed": self.seed, "status": end["reason"],
             "final_loss": self.last_loss.get("loss"), "final_nll": self.last_loss.get("nll"),
             "final_loss_update": self.last_loss.get("update"),
             "updates": self.update, "epochs_completed": epochs_full, "epochs": self.epochs,

@@ -1,4 +1,4 @@
-"""The learning rate as one product (design.md): lr(t) = lr_max * w(t) * g(t).
+"""The learning rate as one product: lr(t) = lr_max * w(t) * g(t) (docs/architecture.md, "The schedule").
 
 t = updates already done (0 for the first update), as fairseq's ``lr_step_update(num_updates)`` sets the rate
 of the *next* update (fairseq/optim/lr_scheduler/inverse_square_root_schedule.py: warmup_init_lr 0, linear
@@ -9,32 +9,22 @@ from __future__ import annotations
 
 import math
 
-from ..errors import LnReproError
+from ..config import ScheduleSettings
 
 
-def lr_at(t: int, epoch: int, cfg: dict, lr_max: float) -> float:
-    """Learning rate of update t (0-based) in epoch ``epoch`` (1-based); cfg is the config's schedule section.
+def lr_at(t: int, epoch: int, s: ScheduleSettings, lr_max: float) -> float:
+    """Learning rate of update t (0-based) in epoch ``epoch`` (1-based).
 
     w(t) = min(1, t / warmup_updates) with warm-up, 1 without (so with warm-up the first update runs at lr 0);
     g(t) = isqrt: min(1, sqrt(anchor_updates / t)); step: decay_factor ** #{e in decay_epochs: epoch >= e}
-    (one drop per listed epoch, from its first update on); constant: 1.
+    (one drop per listed epoch, from its first update on); constant: 1. ``s.decay`` is one of the three:
+    the config was validated when it was loaded.
     """
-    try:
-        if cfg["warmup"]:
-            tw = cfg["warmup_updates"]
-            w = min(1.0, t / tw) if tw > 0 else 1.0
-        else:
-            w = 1.0
-        decay = cfg["decay"]
-        if decay == "isqrt":
-            anchor = cfg["anchor_updates"]
-            g = 1.0 if (t < anchor or t == 0) else math.sqrt(anchor / t)
-        elif decay == "step":
-            g = float(cfg["decay_factor"]) ** sum(1 for e in cfg["decay_epochs"] if epoch >= e)
-        elif decay == "constant":
-            g = 1.0
-        else:
-            raise LnReproError(f"schedule.decay: expected 'isqrt', 'step' or 'constant', got {decay!r}")
-    except KeyError as e:
-        raise LnReproError(f"schedule.{e.args[0]}: missing (needed by lr_at)") from e
+    w = min(1.0, t / s.warmup_updates) if s.warmup else 1.0
+    if s.decay == "isqrt":
+        g = 1.0 if (t < s.anchor_updates or t == 0) else math.sqrt(s.anchor_updates / t)
+    elif s.decay == "step":
+        g = float(s.decay_factor) ** sum(1 for e in s.decay_epochs if epoch >= e)
+    else:
+        g = 1.0
     return lr_max * w * g

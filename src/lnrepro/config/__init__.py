@@ -1,0 +1,45 @@
+"""The configuration layer: load and validate once (``load``), then typed settings everywhere (``settings``)."""
+
+from .load import (
+    LOCATION_KEYS,
+    REPO_ROOT,
+    SCHEMA_PATH,
+    check_semantics,
+    data_settings,
+    dataset_section,
+    deep_merge,
+    eval_settings,
+    experiment,
+    load_config,
+    load_schema,
+    resolve_run,
+    resources,
+    validate_config,
+)
+from .settings import (
+    FACTOR_KEYS,
+    AnalysisSettings,
+    BpeSettings,
+    Comparison,
+    DataSettings,
+    EvalSettings,
+    Experiment,
+    GradinitSettings,
+    ModelSettings,
+    OptimSettings,
+    Resources,
+    RunConfig,
+    RunSettings,
+    ScheduleSettings,
+    Section,
+    TrainSettings,
+)
+from ..errors import LnReproError
+
+__all__ = [
+    "FACTOR_KEYS", "LOCATION_KEYS", "REPO_ROOT", "SCHEMA_PATH", "AnalysisSettings", "BpeSettings", "Comparison",
+    "DataSettings", "EvalSettings", "Experiment", "GradinitSettings", "LnReproError", "ModelSettings",
+    "OptimSettings", "Resources", "RunConfig", "RunSettings", "ScheduleSettings", "Section", "TrainSettings",
+    "check_semantics", "data_settings", "dataset_section", "deep_merge", "eval_settings", "experiment",
+    "load_config", "load_schema", "resolve_run", "resources", "validate_config",
+]

@@ -1,0 +1,274 @@
+"""The typed configuration: frozen dataclasses for every section, and the JSON slices the stages read.
+
+The config is validated once, when it is loaded (``lnrepro.config.load``); afterwards every stage reads these
+objects, never a raw dict with defaults of its own. Each slice file a rule writes (``config.json``,
+``eval.json``, ``data.json``, ``bpe.json``, ``experiment.json``) is one of these classes written with
+``write`` and read back with ``read``. See docs/architecture.md, "The configuration".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, TypeVar
+
+from ..errors import LnReproError
+from ..io import atomic_write_json, read_json
+
+T = TypeVar("T", bound="Section")
+
+# The config key each studied factor of the factorial design varies.
+FACTOR_KEYS: dict[str, str] = {"norm": "model.norm", "warmup": "schedule.warmup", "decay": "schedule.decay"}
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    """``value`` as the annotated type ``tp``: nested sections built, lists to tuples, mappings copied."""
+    origin = typing.get_origin(tp)
+    if isinstance(tp, type) and issubclass(tp, Section):
+        return tp.from_dict(value, where)
+    if origin is tuple:
+        return tuple(value)
+    if origin in (dict, Mapping, typing.Mapping) or tp in (dict,):
+        args = typing.get_args(tp)
+        if len(args) == 2 and isinstance(args[1], type) and issubclass(args[1], Section):
+            return {k: args[1].from_dict(v, f"{where}.{k}") for k, v in value.items()}
+        return dict(value)
+    if origin in (typing.Union, types.UnionType) and value is not None:
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(inner[0], value, where) if len(inner) == 1 else value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class Section:
+    """Base of every configuration section: built from a mapping, written back as one."""
+
+    @classmethod
+    def from_dict(cls: type[T], data: Any, where: str = "") -> T:
+        """Build from a mapping; a missing or unknown key is an LnReproError naming it (``where`` is its path)."""
+        label = where or cls.__name__
+        if not isinstance(data, Mapping):
+            raise LnReproError(f"{label}: expected a mapping, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise LnReproError(f"{label}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(fields)})")
+        kwargs = {}
+        for name, f in fields.items():
+            key = f"{where}.{name}" if where else name
+            if name in data:
+                kwargs[name] = _convert(hints[name], data[name], key)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise LnReproError(f"{label}: missing key {name}")
+        return cls(**kwargs)  # type: ignore[call-arg]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready mapping: nested sections as mappings, tuples as lists (as JSON reads them back)."""
+        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+
+    @classmethod
+    def read(cls: type[T], path: str | Path) -> T:
+        """Read a slice file written by ``write``; errors name the file."""
+        return cls.from_dict(read_json(path), str(path))
+
+    def write(self, path: str | Path) -> None:
+        atomic_write_json(path, self.to_dict())
+
+
+@dataclass(frozen=True)
+class ModelSettings(Section):
+    """The model section: ``lnrepro.model.ModelConfig`` without the vocabulary size (the BPE decides it)."""
+
+    encoder_layers: int
+    decoder_layers: int
+    d_model: int
+    heads: int
+    ffn_dim: int
+    dropout: float
+    attention_dropout: float
+    activation_dropout: float
+    norm: str
+    share_decoder_embeddings: bool
+    share_all_embeddings: bool
+    max_positions: int
+
+    def model_config(self, vocab_size: int):  # -> lnrepro.model.ModelConfig (imported here: torch is heavy)
+        from ..model import ModelConfig
+
+        return ModelConfig(vocab_size=vocab_size, **self.to_dict())
+
+
+@dataclass(frozen=True)
+class OptimSettings(Section):
+    lr_max: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    clip_norm: float  # 0: no clipping
+    label_smoothing: float
+
+
+@dataclass(frozen=True)
+class ScheduleSettings(Section):
+    """lr(t) = lr_max * w(t) * g(t) (lnrepro.train.schedule)."""
+
+    warmup: bool
+    decay: str  # isqrt | step | constant
+    warmup_updates: int
+    anchor_updates: int
+    decay_epochs: tuple[int, ...]
+    decay_factor: float
+
+
+@dataclass(frozen=True)
+class TrainSettings(Section):
+    epochs: int
+    max_tokens: int
+    required_batch_size_multiple: int
+    log_every: int
+    checkpoint_every: int
+    precision: str  # fp32 | bf16
+    device: str  # auto | cpu | cuda
+    diverge_loss: float
+    max_updates: int  # 0: no limit
+
+
+@dataclass(frozen=True)
+class EvalSettings(Section):
+    """What ``eval.json`` holds: decoding and scoring settings shared by every checkpoint."""
+
+    beam: int
+    lenpen: float
+    max_len_a: float
+    max_len_b: int
+    splits: tuple[str, ...]
+    max_tokens: int
+    precision: str
+    label_smoothing: float  # the validation loss is the training criterion (optim.label_smoothing)
+
+
+@dataclass(frozen=True)
+class DataSettings(Section):
+    """What ``data.json`` holds: the dataset's name and the settings that determine its content.
+
+    Where the files come from (URLs, mirror, local archive) is not part of it: changing a location must not
+    rerun preparation or training. ``options`` is the dataset's own section minus those keys.
+    """
+
+    dataset: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BpeSettings(Section):
+    vocab_size: int
+    character_coverage: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class RunSettings(Section):
+    """One run's resolved settings: the defaults with the run's delta merged in."""
+
+    model: ModelSettings
+    optim: OptimSettings
+    schedule: ScheduleSettings
+    train: TrainSettings
+
+    @property
+    def factors(self) -> dict[str, Any]:
+        """The run's level of each studied factor (norm, warmup, decay)."""
+        flat = self.flat()
+        return {name: flat[key] for name, key in FACTOR_KEYS.items()}
+
+    def flat(self) -> dict[str, Any]:
+        """Every setting under its dotted key (``schedule.warmup_updates``), lists as lists."""
+        return {f"{section}.{key}": v for section, values in self.to_dict().items() for key, v in values.items()}
+
+
+@dataclass(frozen=True)
+class RunConfig(Section):
+    """What ``runs/{run}/seed{seed}/config.json`` holds: only what training depends on."""
+
+    run: str
+    seed: int
+    model: ModelSettings
+    optim: OptimSettings
+    schedule: ScheduleSettings
+    train: TrainSettings
+    data: DataSettings
+    bpe: BpeSettings
+
+    @property
+    def settings(self) -> RunSettings:
+        return RunSettings(self.model, self.optim, self.schedule, self.train)
+
+
+@dataclass(frozen=True)
+class Comparison(Section):
+    runs: tuple[str, ...]
+    factor: str  # a key of FACTOR_KEYS
+    claim: str
+
+
+@dataclass(frozen=True)
+class GradinitSettings(Section):
+    batches: int = 8
+    seeds: tuple[int, ...] = (1,)
+    max_tokens: int = 4096
+
+
+@dataclass(frozen=True)
+class AnalysisSettings(Section):
+    gradinit: GradinitSettings = GradinitSettings()
+
+
+@dataclass(frozen=True)
+class Resources(Section):
+    """What one worker rule asks of the scheduler (Snakemake's local one and SLURM alike)."""
+
+    threads: int
+    mem_mb: int
+    runtime: int  # minutes
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Experiment(Section):
+    """What ``experiment.json`` holds (the report's and gradinit's input): the whole resolved experiment."""
+
+    name: str
+    select: tuple[str, ...]
+    seeds: tuple[int, ...]
+    runs: dict[str, RunSettings]  # the selected runs, resolved
+    comparisons: dict[str, Comparison]
+    eval: EvalSettings
+    data: DataSettings
+    bpe: BpeSettings
+    model: ModelSettings  # defaults.model: the width gradinit analyses
+    analysis: AnalysisSettings
+    notes: str = ""
+    scaling: dict[str, Any] | None = None
+    deviations: tuple[str, ...] = ()
+
+    @property
+    def epochs(self) -> int:
+        """Epochs (= checkpoints) of every selected run; the load-time check makes them equal."""
+        return self.runs[self.select[0]].train.epochs
+
+    def run_config(self, run: str, seed: int, runs: Mapping[str, RunSettings] | None = None) -> RunConfig:
+        s = (runs or self.runs)[run]
+        return RunConfig(run, int(seed), s.model, s.optim, s.schedule, s.train, self.data, self.bpe)
