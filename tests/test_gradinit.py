@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import random
+import dataclasses
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from lnrepro.analysis.gradinit import CSV_COLUMNS, run_gradinit, vocab_size_of
+from conftest import fake_bpe, tiny_experiment
+from lnrepro.analysis.gradinit import CSV_COLUMNS, run_gradinit
+from lnrepro.config import AnalysisSettings, GradinitSettings
 from lnrepro.errors import LnReproError
 
 torch.set_num_threads(1)
@@ -18,26 +19,10 @@ torch.set_num_threads(1)
 VOCAB = 40
 
 
-def fake_bpe(path, n: int = 96, seed: int = 0) -> None:
-    """train.{de,en}.ids (no EOS; the loader appends it) and stats.json with the vocabulary size."""
-    rng = random.Random(seed)
-    path.mkdir(parents=True, exist_ok=True)
-    de, en = [], []
-    for _ in range(n):
-        k = rng.randint(3, 12)
-        de.append(" ".join(str(rng.randrange(4, VOCAB)) for _ in range(k)))
-        en.append(" ".join(str(rng.randrange(4, VOCAB)) for _ in range(k + rng.randint(-2, 2))))
-    (path / "train.de.ids").write_text("\n".join(de) + "\n")
-    (path / "train.en.ids").write_text("\n".join(en) + "\n")
-    (path / "stats.json").write_text(json.dumps({"vocab_size": VOCAB}))
-
-
-def experiment(layers: int = 3) -> dict:
-    model = {"encoder_layers": layers, "decoder_layers": layers, "d_model": 16, "heads": 2, "ffn_dim": 32,
-             "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0, "norm": "post",
-             "share_decoder_embeddings": True, "share_all_embeddings": False, "max_positions": 64}
-    run = {"model": model, "optim": {"label_smoothing": 0.1}, "train": {"required_batch_size_multiple": 8}}
-    return {"name": "t", "select": ["a"], "seeds": [1], "runs": {"a": run}}
+def experiment(layers: int = 3, **model):
+    return tiny_experiment({"encoder_layers": layers, "decoder_layers": layers, "d_model": 16, "heads": 2,
+                            "ffn_dim": 32, "dropout": 0.1, "max_positions": 64, **model},
+                           {"batches": 2, "seeds": [1, 2], "max_tokens": 128})
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +30,7 @@ def table(tmp_path_factory):
     d = tmp_path_factory.mktemp("gi")
     fake_bpe(d / "bpe")
     out = d / "analysis" / "gradinit.csv"
-    df = run_gradinit(experiment(), d / "bpe", out, threads=1, batches=2, seeds=[1, 2], max_tokens=128)
+    df = run_gradinit(experiment(), d / "bpe", out, threads=1)
     return df, out
 
 
@@ -74,28 +59,15 @@ def test_post_and_pre_differ_but_are_deterministic(tmp_path, table):
     pre = df[df.norm == "pre"].set_index(key)["grad_norm"]
     assert not np.allclose(post.values, pre.loc[post.index].values)
     fake_bpe(tmp_path / "bpe")
-    again = run_gradinit(experiment(), tmp_path / "bpe", tmp_path / "g.csv", threads=1, batches=2, seeds=[1, 2],
-                         max_tokens=128)
+    again = run_gradinit(experiment(), tmp_path / "bpe", tmp_path / "g.csv", threads=1)
     pd.testing.assert_frame_equal(again, df)
 
 
-def test_vocab_size_from_sentencepiece(tmp_path):
-    import sentencepiece as spm
-
-    text = tmp_path / "t.txt"
-    text.write_text("\n".join(f"das haus ist klein nummer {i} the house is small" for i in range(50)) + "\n")
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "spm"), vocab_size=40,
-                                   model_type="bpe", bos_id=0, pad_id=1, eos_id=2, unk_id=3, minloglevel=2)
-    assert vocab_size_of(tmp_path) == 40
-
-
-def test_missing_inputs_raise(tmp_path):
-    with pytest.raises(LnReproError, match="spm.model"):
-        vocab_size_of(tmp_path)
+def test_missing_bpe_model_is_named(tmp_path):
     fake_bpe(tmp_path / "bpe")
-    with pytest.raises(LnReproError, match="batches"):
-        run_gradinit(experiment(), tmp_path / "bpe", tmp_path / "g.csv", threads=1, batches=0, seeds=[1],
-                     max_tokens=128)
+    (tmp_path / "bpe" / "spm.model").unlink()
+    with pytest.raises(LnReproError, match="spm.model"):
+        run_gradinit(experiment(), tmp_path / "bpe", tmp_path / "g.csv", threads=1)
 
 
 def test_paper_trend_post_ln_top_decoder_ffn_gradient_is_larger(tmp_path):
@@ -104,9 +76,9 @@ def test_paper_trend_post_ln_top_decoder_ffn_gradient_is_larger(tmp_path):
     the Post-LN/Pre-LN ratio of the W^2 (fc2) gradient norm grows from the bottom to the top decoder layer
     and exceeds 1 at the top."""
     fake_bpe(tmp_path / "bpe", n=200)
-    exp = experiment(6)
-    exp["runs"]["a"]["model"].update(d_model=32, ffn_dim=64)
-    df = run_gradinit(exp, tmp_path / "bpe", tmp_path / "g.csv", threads=1, batches=2, seeds=[1, 2], max_tokens=256)
+    exp = dataclasses.replace(experiment(6, d_model=32, ffn_dim=64),
+                              analysis=AnalysisSettings(GradinitSettings(batches=2, seeds=(1, 2), max_tokens=256)))
+    df = run_gradinit(exp, tmp_path / "bpe", tmp_path / "g.csv", threads=1)
     f = df[(df["param"] == "fc2") & (df["stack"] == "dec")]
     by = f.groupby(["norm", "layer"])["grad_norm"].mean()
     ratio = by["post"] / by["pre"]

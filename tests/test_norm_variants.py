@@ -3,13 +3,11 @@ in this file alone that builds, trains and runs through gradinit."""
 
 from __future__ import annotations
 
-import json
-import random
-
 import pandas as pd
 import pytest
 import torch
 
+from conftest import fake_bpe, tiny_experiment
 from lnrepro.analysis.gradinit import run_gradinit
 from lnrepro.analysis.plots import plot_gradinit
 from lnrepro.errors import LnReproError
@@ -36,14 +34,8 @@ def none_variant():
 
 @pytest.fixture
 def bpe_dir(tmp_path):
-    """train.{de,en}.ids of random pairs and stats.json with the vocabulary size (what gradinit reads)."""
-    rng = random.Random(0)
-    src = [[rng.randrange(4, VOCAB) for _ in range(rng.randint(3, 10))] for _ in range(64)]
-    tgt = [list(reversed(s))[: rng.randint(2, len(s))] for s in src]
-    (tmp_path / "train.de.ids").write_text("".join(" ".join(map(str, s)) + "\n" for s in src))
-    (tmp_path / "train.en.ids").write_text("".join(" ".join(map(str, s)) + "\n" for s in tgt))
-    (tmp_path / "stats.json").write_text(json.dumps({"vocab_size": VOCAB}))
-    return tmp_path
+    """Random train.{de,en}.ids and a sentencepiece model of VOCAB pieces (what training and gradinit read)."""
+    return fake_bpe(tmp_path / "bpe", vocab=VOCAB, n=64)
 
 
 def test_registry_holds_the_papers_two_equations():
@@ -101,12 +93,10 @@ def test_added_variant_builds_trains_and_runs_gradinit(none_variant, bpe_dir, tm
         assert float(loss()) < before  # one step on this batch lowers its loss
 
     # gradinit measures every registered variant, the new one included, with the same rows per variant.
-    model_sec = {**TINY, "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0, "norm": "none",
-                 "share_decoder_embeddings": True, "share_all_embeddings": False}
-    run = {"model": model_sec, "optim": {"label_smoothing": 0.1}, "train": {"required_batch_size_multiple": 8}}
-    experiment = {"name": "t", "select": ["noln"], "seeds": [1], "runs": {"noln": run}}
+    # The config accepts the new name: the schema's enum is read from the registry when the config is loaded.
+    experiment = tiny_experiment({**TINY, "norm": "none"}, {"batches": 2, "seeds": [1], "max_tokens": 128})
     out = tmp_path / "analysis" / "gradinit.csv"
-    df = run_gradinit(experiment, bpe_dir, out, threads=1, batches=2, seeds=[1], max_tokens=128)
+    df = run_gradinit(experiment, bpe_dir, out, threads=1)
     table = pd.read_csv(out)
     assert list(dict.fromkeys(table["norm"])) == ["post", "pre", "none"]
     counts = table.groupby("norm").size()

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..config import Experiment
 from ..errors import LnReproError
 from ..norms import NORMS
 from .aggregate import to_csv_text
@@ -36,62 +37,6 @@ CSV_COLUMNS = ["norm", "seed", "stack", "layer", "sublayer", "param", "grad_norm
 
 # encoder_layers.3.self_attn.q_proj.weight -> (enc, 3, self_attn, q_proj)   (lnrepro.model's names)
 _PARAM = re.compile(r"^(?P<stack>encoder|decoder)_layers\.(?P<layer>\d+)\.(?P<sub>\w+)\.(?P<param>\w+)\.weight$")
-
-
-def vocab_size_of(bpe_dir: Path) -> int:
-    """Vocabulary size of the BPE model (spm.model; falls back to stats.json's vocab_size)."""
-    bpe_dir = Path(bpe_dir)
-    spm_path = bpe_dir / "spm.model"
-    if spm_path.exists():
-        import sentencepiece as spm
-
-        try:
-            return int(spm.SentencePieceProcessor(model_file=str(spm_path)).get_piece_size())
-        except (OSError, RuntimeError) as e:
-            raise LnReproError(f"{spm_path}: not a readable sentencepiece model ({e})") from e
-    stats = bpe_dir / "stats.json"
-    if stats.exists():
-        from ..io import read_json
-
-        v = read_json(stats).get("vocab_size")
-        if isinstance(v, int):
-            return v
-    raise LnReproError(f"{bpe_dir}: expected spm.model (or stats.json with vocab_size) to size the vocabulary")
-
-
-def model_section(experiment: dict[str, Any]) -> dict[str, Any]:
-    """The model settings to analyse: experiment.json's top-level 'model' (the config's defaults.model),
-    else 'defaults'.model, else the first selected run's resolved model section (the runs differ in
-    norm only, which we set ourselves)."""
-    sec = experiment.get("model") or (experiment.get("defaults") or {}).get("model")
-    if not sec:
-        runs = experiment.get("runs") or {}
-        sel = [r for r in (experiment.get("select") or []) if r in runs] or list(runs)
-        if not sel:
-            raise LnReproError("experiment.json: no 'defaults.model' and no resolved run to take the model settings from")
-        sec = runs[sel[0]].get("model")
-    if not isinstance(sec, dict):
-        raise LnReproError("experiment.json: the model section must be a mapping")
-    return sec
-
-
-def label_smoothing_of(experiment: dict[str, Any]) -> float:
-    """optim.label_smoothing from defaults or the first resolved run (0.1, the paper's, when absent)."""
-    for src in [(experiment.get("defaults") or {})] + [experiment["runs"][r] for r in experiment.get("select") or []
-                                                       if r in (experiment.get("runs") or {})]:
-        v = (src.get("optim") or {}).get("label_smoothing")
-        if v is not None:
-            return float(v)
-    return 0.1
-
-
-def build_model_config(model: dict[str, Any], vocab_size: int, norm: str):
-    """ModelConfig from a config model section (unknown keys ignored), with the vocabulary and norm set."""
-    from ..model import ModelConfig
-
-    names = {f.name for f in dataclasses.fields(ModelConfig)}
-    kwargs = {k: v for k, v in model.items() if k in names and k not in ("vocab_size", "norm")}
-    return ModelConfig(vocab_size=vocab_size, norm=norm, **kwargs)
 
 
 def layer_weights(model) -> list[tuple[str, int, str, str, Any]]:
@@ -149,26 +94,24 @@ def gradient_norms(model, batches: list[tuple], eps: float) -> tuple[dict[tuple,
     return norms, tokens
 
 
-def run_gradinit(experiment: dict[str, Any], bpe_dir: Path, out_csv: Path, threads: int, batches: int,
-                 seeds: list[int], max_tokens: int, *, dropout: bool = False) -> pd.DataFrame:
-    """For each registered norm variant (lnrepro.norms.NORMS: post, pre, ...) and each seed: initialize the
-    model, take ``batches`` real training batches of at most ``max_tokens`` tokens, and record each layer
-    weight's gradient norm averaged over the batches. Writes ``out_csv`` atomically (columns CSV_COLUMNS) and returns the table."""
+def run_gradinit(experiment: Experiment, bpe_dir: Path, out_csv: Path, threads: int, *,
+                 dropout: bool = False) -> pd.DataFrame:
+    """For each registered norm variant (lnrepro.norms.NORMS: post, pre, ...) and each seed of
+    ``analysis.gradinit``: initialize the experiment's model (``defaults.model``), take that many real training
+    batches, and record each layer weight's gradient norm averaged over the batches. Writes ``out_csv``
+    atomically (columns CSV_COLUMNS) and returns the table."""
     import torch
     from tqdm import tqdm
 
     from ..io import atomic_write_text
+    from ..train.loop import vocab_size
 
-    if batches < 1 or max_tokens < 1 or not seeds:
-        raise LnReproError("analysis.gradinit: batches and max_tokens must be >= 1 and seeds non-empty")
+    settings = experiment.analysis.gradinit
+    batches, seeds, max_tokens = settings.batches, settings.seeds, settings.max_tokens
     torch.set_num_threads(max(1, int(threads)))
-    model_sec = model_section(experiment)
-    vocab = vocab_size_of(bpe_dir)
-    eps = label_smoothing_of(experiment)
-    runs = experiment.get("runs") or {}
-    first = next((runs[r] for r in experiment.get("select") or [] if r in runs), {})
-    train_sec = (experiment.get("defaults") or {}).get("train") or first.get("train") or {}
-    multiple = int(train_sec.get("required_batch_size_multiple", 8))
+    vocab = vocab_size(Path(bpe_dir) / "spm.model")
+    eps = experiment.eval.label_smoothing  # the training criterion's smoothing (optim.label_smoothing)
+    multiple = experiment.runs[experiment.select[0]].train.required_batch_size_multiple
     from ..model import Transformer
 
     rows: list[dict[str, Any]] = []
@@ -178,7 +121,7 @@ def run_gradinit(experiment: dict[str, Any], bpe_dir: Path, out_csv: Path, threa
         if seed not in data:  # same batches for every norm position of a seed
             data[seed] = choose_batches(bpe_dir, max_tokens, batches, seed, multiple)
         torch.manual_seed(seed)  # same seed -> the same initial weight matrices for every norm position
-        model = Transformer(build_model_config(model_sec, vocab, norm))
+        model = Transformer(dataclasses.replace(experiment.model, norm=norm).model_config(vocab))
         model.train(dropout)  # eval mode = dropout off; autograd works either way
         norms, tokens = gradient_norms(model, data[seed], eps)
         for (stack, layer, sub, param), vals in norms.items():
