@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 
+from lnrepro import config
 from lnrepro.analysis.confounds import (
     analyze_confounds,
     confounds_markdown,
@@ -14,6 +17,8 @@ from lnrepro.analysis.confounds import (
     write_confounds,
 )
 from lnrepro.errors import LnReproError
+
+REPO = Path(__file__).resolve().parents[1]
 
 DEFAULTS = {
     "data": {"dataset": "synthetic", "synthetic": {"seed": 1234, "train": 200}},
@@ -123,3 +128,14 @@ def test_bad_comparison_raises():
     exp["comparisons"]["x"] = {"runs": ["postln_warmup_isqrt", "preln_warmup_isqrt"], "factor": "colour"}
     with pytest.raises(LnReproError, match="colour"):
         analyze_confounds(exp)
+
+
+def test_typed_experiment_reads_as_its_json():
+    """The report passes ``Experiment.to_dict()`` (tuples); it must give what experiment.json (lists) gives."""
+    exp = config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"])).to_dict()
+    exp["runs"]["preln_nowarmup_step8"]["schedule"]["decay_epochs"] = (3,)
+    result = analyze_confounds(exp)
+    assert result == analyze_confounds(json.loads(json.dumps(exp)))
+    f4 = by_name(result)["figure4"]
+    assert f4["confounds"] == ["schedule.decay", "schedule.decay_epochs", "schedule.warmup"]
+    assert f4["confound_values"]["schedule.decay_epochs"] == {"postln_warmup_isqrt": [4], "preln_nowarmup_step8": [3]}

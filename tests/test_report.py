@@ -5,34 +5,34 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from lnrepro import config
 from lnrepro.analysis import aggregate as ag
 from lnrepro.analysis.report import make_report
+from lnrepro.config import Experiment
 
+REPO = Path(__file__).resolve().parents[1]
 RUNS = ["postln_warmup_isqrt", "preln_nowarmup_step8", "postln_nowarmup_isqrt", "preln_warmup_isqrt"]
 SEEDS = [1, 2]
 EPOCHS = 3
-DEFAULTS = {
-    "data": {"dataset": "synthetic", "synthetic": {"seed": 1234}},
-    "bpe": {"vocab_size": 64, "seed": 1},
-    "model": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 16, "heads": 2, "ffn_dim": 32, "norm": "post"},
-    "optim": {"lr_max": 5e-4, "betas": [0.9, 0.98], "label_smoothing": 0.1},
-    "schedule": {"warmup": True, "decay": "isqrt", "warmup_updates": 40, "anchor_updates": 40, "decay_epochs": [2],
-                 "decay_factor": 0.1},
-    "train": {"epochs": EPOCHS, "max_tokens": 256},
-}
+# The demo preset's resolved experiment, as experiment.json holds it: the base every fabricated one edits.
+DEMO = config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"])).to_dict()
 
 
 def resolved(run: str) -> dict:
-    cfg = copy.deepcopy(DEFAULTS)
+    """The run's settings: the demo's, with the norm, warm-up and decay its name says, over EPOCHS epochs."""
+    cfg = copy.deepcopy(DEMO["runs"]["postln_warmup_isqrt"])
     cfg["model"]["norm"] = "pre" if run.startswith("pre") else "post"
     cfg["schedule"]["warmup"] = "_warmup_" in run
     cfg["schedule"]["decay"] = "step" if run.endswith("step8") else "isqrt"
+    cfg["schedule"]["decay_epochs"] = [2]
+    cfg["train"]["epochs"] = EPOCHS
     return cfg
 
 
@@ -40,34 +40,34 @@ def bleu(run: str, seed: int, ep: int) -> float:
     return round(10 + 3 * ep + RUNS.index(run) + 0.5 * seed, 2)
 
 
-def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | None = None) -> tuple[Path, dict]:
+def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | None = None) -> tuple[Path, Experiment]:
     """Fabricate results/{exp}/ as the stages write it. ``diverge``: {(run, seed): epoch}; ``unevaluated``:
     {(run, seed, epoch)} trained but not scored. Two layer-gradient formats: nested lists (as
     lnrepro.train.gradstats returns them) and flat "enc.0.attn" keys."""
     diverge = diverge or {}
     unevaluated = unevaluated or set()
     exp_dir = root / "results" / "fake"
-    exp = {
-        "name": "fake", "select": RUNS, "seeds": SEEDS, "runs": {r: resolved(r) for r in RUNS},
+    exp = Experiment.from_dict({
+        **DEMO, "name": "fake", "select": RUNS, "seeds": SEEDS, "runs": {r: resolved(r) for r in RUNS},
         "comparisons": {
             "figure4": {"runs": ["postln_warmup_isqrt", "preln_nowarmup_step8"], "factor": "norm", "claim": "Figure 4"},
             "norm_warmup_isqrt": {"runs": ["postln_warmup_isqrt", "preln_warmup_isqrt"], "factor": "norm", "claim": "n"},
             "decay_preln_warmup": {"runs": ["preln_warmup_isqrt", "preln_warmup_step8"], "factor": "decay", "claim": "d"},
         },
-        "eval": {"beam": 1, "splits": ["valid", "test"]},
+        "eval": {**DEMO["eval"], "splits": ["valid", "test"]},
         "notes": "DEMO NOTE: T_warmup, T_anchor and the decay epoch are scaled to 3 epochs.",
         "scaling": {"warmup_updates": 40, "decay_epochs": [2]},
         "deviations": ["Joint sentencepiece BPE instead of subword-nmt (DEVIATION-MARK)."],
-    }
+    })
     exp_dir.mkdir(parents=True)
-    (exp_dir / "experiment.json").write_text(json.dumps(exp))
+    exp.write(exp_dir / "experiment.json")
     upe = 10  # updates per epoch
     for run in RUNS:
         for seed in SEEDS:
             rd = exp_dir / "runs" / run / f"seed{seed}"
             (rd / "epochs").mkdir(parents=True)
             (rd / "eval").mkdir()
-            (rd / "config.json").write_text(json.dumps({"run": run, "seed": seed, **resolved(run)}))
+            exp.run_config(run, seed).write(rd / "config.json")
             (rd / "run.json").write_text(json.dumps({"threads": 1, "precision": "fp32",
                                                      "where_ran": {"host": "h", "device": "Fake CPU"}}))
             div_ep = diverge.get((run, seed))
@@ -92,12 +92,11 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
                           json.dumps({"kind": "finished", "attempt": 2, "update": last, "wall_s": 9.0})]
             lines.append('{"update": 7, "lo')  # a partial line from a killed writer
             (rd / "train.jsonl").write_text("\n".join(lines) + "\n")
-            if run.startswith("post"):  # lnrepro.train.loop's keys
-                summary = {"updates": last, "train_s": last * 0.11, "wall_s_all_attempts": last * 0.2, "attempts": 2,
-                           "diverged": {"update": last, "epoch": div_ep, "detail": "loss nan"} if div_ep else None}
-            else:  # the interface spec's keys
-                summary = {"updates": last, "wall_s": last * 0.1,
-                           "diverged": {"update": last, "epoch": div_ep, "reason": "loss nan"} if div_ep else None}
+            summary = {"updates": last, "diverged": {"update": last, "epoch": div_ep, "detail": "loss nan"} if div_ep else None}
+            if run.startswith("post"):
+                summary.update(train_s=last * 0.11, wall_s_all_attempts=last * 0.2, attempts=2)
+            else:  # attempts unknown here: counted from the training log
+                summary.update(train_s=last * 0.1)
             (rd / "summary.json").write_text(json.dumps(summary))
             for ep in range(1, EPOCHS + 1):
                 diverged = div_ep is not None and ep >= div_ep
@@ -218,6 +217,23 @@ def test_sections_notes_confounds_deviations(report):
     assert conf.loc["decay_preln_warmup", "verdict"].startswith("skipped")
     md = (exp_dir / "report" / "confounds.md").read_text()
     assert "figure4: factor model.norm; also differs: schedule.decay, schedule.warmup -> confounded." in md
+    assert "Post-LN solid, Pre-LN dashed." in text  # the figures' line style per registered norm variant
+
+
+def test_settings_tables(report):
+    _, exp, _, p = report
+    runs = p.tables["runs"]
+    assert runs[0] == ["run", "model.norm", "schedule.warmup", "schedule.decay"]  # the factors; nothing else differs
+    assert runs[2] == ["preln_nowarmup_step8", "pre", "False", "step"]
+    kv = {name: dict(map(tuple, p.tables[name][1:])) for name in ("scaling", "shared-settings", "eval-settings")}
+    assert all(p.tables[name][0] == ["key", "value"] for name in kv)  # one key/value table shape throughout
+    assert kv["scaling"] == {"decay_epochs": "[2]", "warmup_updates": "40"}
+    shared = kv["shared-settings"]
+    assert shared["schedule.decay_epochs"] == "[2]" and shared["optim.betas"] == "[0.9, 0.98]"
+    assert shared["bpe.vocab_size"] == str(exp.bpe.vocab_size) and shared["train.epochs"] == str(EPOCHS)
+    assert "model.norm" not in shared and list(shared)[-1] == "data.dataset" and shared["data.dataset"] == "synthetic"
+    assert kv["eval-settings"]["splits"] == '["valid", "test"]'
+    assert kv["eval-settings"]["label_smoothing"] == "0.1"
 
 
 def test_figures_and_tables_exist(report):
@@ -248,7 +264,9 @@ def test_train_logs_parsed_generically(tmp_path):
     agg0 = ag.aggregate(exp_dir, exp)
     w = agg0.wallclock.set_index(["run", "seed"])
     assert w.loc[("postln_warmup_isqrt", 1), "train_wall_s"] == pytest.approx(3.3)  # summary train_s
-    assert w.loc[("preln_warmup_isqrt", 1), "train_wall_s"] == pytest.approx(3.0)  # summary wall_s
+    assert w.loc[("preln_warmup_isqrt", 1), "train_wall_s"] == pytest.approx(3.0)
+    assert w.loc[("postln_warmup_isqrt", 1), "attempts"] == 2 and w.loc[("preln_warmup_isqrt", 1), "attempts"] == 2
+    assert set(w["device"]) == {"Fake CPU"} and set(w["host"]) == {"h"}  # run.json's where_ran
     lay = log.layers
     post = lay[lay["run"] == "postln_warmup_isqrt"]
     assert set(map(tuple, post[["stack", "sublayer"]].drop_duplicates().values)) == {
@@ -277,17 +295,16 @@ def test_parse_layer_key(key, expected):
 
 
 def test_report_with_gradinit_and_partial_tree(tmp_path):
-    exp_dir, exp = make_tree(tmp_path)
+    exp_dir, _ = make_tree(tmp_path)
     # a run folder deleted (not trained yet) must not break the report
-    import shutil
-
     shutil.rmtree(exp_dir / "runs" / "preln_warmup_isqrt")
-    rows = [{"norm": n, "seed": 1, "stack": s, "layer": i, "sublayer": "ffn", "param": w, "grad_norm": 0.1 * (i + 1),
-             "dropout": "off", "batches": 2}
+    rows = [{"norm": n, "seed": 1, "stack": s, "layer": i, "sublayer": "ffn", "param": w,
+             "grad_norm": 0.1 * (i + 1) * (2 if n == "post" else 1), "dropout": "off", "batches": 2}
             for n in ("post", "pre") for s in ("enc", "dec") for i in range(2) for w in ("fc1", "fc2")]
     (exp_dir / "analysis").mkdir()
     pd.DataFrame(rows).to_csv(exp_dir / "analysis" / "gradinit.csv", index=False)
-    index = make_report(exp_dir, None, None)  # experiment read from experiment.json, default out_dir
+    # the experiment as the CLI reads it back from experiment.json
+    index = make_report(exp_dir, Experiment.read(exp_dir / "experiment.json"), exp_dir / "report")
     assert index == exp_dir / "report" / "index.html"
     p = Tables()
     p.feed(index.read_text())
@@ -295,3 +312,6 @@ def test_report_with_gradinit_and_partial_tree(tmp_path):
     assert set(t["preln_warmup_isqrt"]) == {"missing"}
     assert "gradinit" in p.tables and (exp_dir / "report" / "figures" / "gradinit_by_layer.png").exists()
     assert "not computed" not in index.read_text()
+    header, *cells = p.tables["gradinit"]
+    assert header == ["stack", "layer", "sublayer", "param", "post", "pre", "post/pre"]  # NORMS order, then the ratio
+    assert [row[:2] for row in cells[:2]] == [["enc", "0"], ["enc", "0"]] and {row[-1] for row in cells} == {"2"}

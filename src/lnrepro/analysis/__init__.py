@@ -2,9 +2,11 @@
 gradient-at-initialization study. Submodules are imported on use (matplotlib and torch are heavy):
 
 - ``lnrepro.analysis.aggregate``: tidy tables from results/{exp}/runs/ (``aggregate``, ``write_tables``)
-- ``lnrepro.analysis.confounds``: per comparison, the differing config keys (``analyze_confounds``, ``write_confounds``)
+- ``lnrepro.analysis.confounds``: per comparison, the differing config keys (``analyze_confounds``, ``write_confounds``;
+  they take experiment.json's plain dict)
 - ``lnrepro.analysis.plots``: PNG figures (``make_figures``)
-- ``lnrepro.analysis.report``: ``make_report(exp_dir, experiment, out_dir) -> Path`` (report/index.html)
+- ``lnrepro.analysis.report``: ``make_report(exp_dir, experiment, out_dir) -> Path`` (report/index.html; ``experiment``
+  is the typed ``lnrepro.config.Experiment``)
 - ``lnrepro.analysis.gradinit``: ``run_gradinit(...)`` (analysis/gradinit.csv)
 """
 

@@ -15,10 +15,11 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 
+from ..config.settings import Experiment
 from ..errors import LnReproError
 from ..io import atomic_write_text, read_json
 
@@ -33,28 +34,15 @@ STATUS_NOT_EVALUATED = "not evaluated"
 STATUS_MISSING = "missing"
 
 
-def load_experiment(exp_dir: Path) -> dict[str, Any]:
-    """Read ``results/{exp}/experiment.json`` (written by the lead's CLI) and check its required keys."""
-    path = Path(exp_dir) / "experiment.json"
-    exp = read_json(path)
-    check_experiment(exp, path)
-    return exp
-
-
-def check_experiment(exp: Any, where: Path | str = "experiment") -> None:
-    """Raise LnReproError naming the key when the experiment dict lacks what the analysis needs."""
-    if not isinstance(exp, dict):
-        raise LnReproError(f"{where}: expected a JSON object")
-    for key, typ in (("select", list), ("seeds", list), ("runs", dict)):
-        if not isinstance(exp.get(key), typ):
-            raise LnReproError(f"{where}: key '{key}' must be a {typ.__name__}")
-    missing = [r for r in exp["select"] if r not in exp["runs"]]
-    if missing:
-        raise LnReproError(f"{where}: selected runs {missing} have no resolved config under 'runs'")
-
-
 def run_dir(exp_dir: Path, run: str, seed: int) -> Path:
     return Path(exp_dir) / "runs" / run / f"seed{seed}"
+
+
+def _run_seeds(exp_dir: Path, experiment: Experiment) -> Iterator[tuple[str, int, Path]]:
+    """(run, seed, its folder) for every selected run and seed, in ``select`` then ``seeds`` order."""
+    for run in experiment.select:
+        for seed in experiment.seeds:
+            yield run, seed, run_dir(exp_dir, run, seed)
 
 
 def _read_optional_json(path: Path) -> dict[str, Any] | None:
@@ -84,23 +72,9 @@ def _epochs_on_disk(folder: Path) -> set[int]:
     return {int(m.group(1)) for p in folder.iterdir() if (m := _EPOCH_FILE.match(p.name))}
 
 
-def expected_epochs(experiment: dict[str, Any], run: str) -> int:
-    """Number of epochs the run's resolved config asks for (0 when the config does not say)."""
-    try:
-        return int(experiment["runs"][run]["train"]["epochs"])
-    except (KeyError, TypeError, ValueError):
-        return 0
-
-
-def splits_of(experiment: dict[str, Any]) -> list[str]:
-    """Evaluation splits from the experiment's eval section (default valid, test)."""
-    splits = (experiment.get("eval") or {}).get("splits")
-    return list(splits) if splits else ["valid", "test"]
-
-
-def primary_split(experiment: dict[str, Any]) -> str:
+def primary_split(experiment: Experiment) -> str:
     """The split of the report's headline numbers: 'valid' (validation loss, as the paper) when scored."""
-    splits = splits_of(experiment)
+    splits = experiment.eval.splits
     return "valid" if "valid" in splits else splits[0]
 
 
@@ -108,54 +82,52 @@ def primary_split(experiment: dict[str, Any]) -> str:
 # per (run, seed, epoch)
 
 
-def epoch_table(exp_dir: Path, experiment: dict[str, Any]) -> pd.DataFrame:
+def epoch_table(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
     """One row per (run, seed, epoch): status, updates, training wall-clock at the end of that epoch,
     evaluation wall-clock, and every split's scores as ``{split}_{metric}`` columns.
 
     ``status`` is ``diverged`` when the manifest, the evaluation or summary.json says so,
     ``ok`` when scored, ``not evaluated`` when trained but not yet scored, ``missing`` otherwise.
     """
-    splits = splits_of(experiment)
+    splits = experiment.eval.splits
     rows: list[dict[str, Any]] = []
-    for run in experiment["select"]:
-        for seed in experiment["seeds"]:
-            rd = run_dir(exp_dir, run, seed)
-            summary = _read_optional_json(rd / "summary.json") or {}
-            div = summary.get("diverged") if isinstance(summary.get("diverged"), dict) else None
-            div_epoch = int(div["epoch"]) if div and div.get("epoch") is not None else None
-            n_ep = max([expected_epochs(experiment, run), *_epochs_on_disk(rd / "epochs"),
-                        *_epochs_on_disk(rd / "eval")], default=0)
-            for ep in range(1, n_ep + 1):
-                man = _read_optional_json(rd / "epochs" / f"epoch{ep:03d}.json")
-                ev = _read_optional_json(rd / "eval" / f"epoch{ep:03d}.json")
-                train_status = (man or {}).get("status", STATUS_MISSING)
-                if man is None and div_epoch is not None and ep >= div_epoch:
-                    train_status = STATUS_DIVERGED  # summary knows even if manifests are not written yet
-                eval_status = (ev or {}).get("status", STATUS_MISSING)
-                if STATUS_DIVERGED in (train_status, eval_status):
-                    status = STATUS_DIVERGED
-                elif train_status not in (STATUS_OK, STATUS_MISSING):
-                    status = str(train_status)  # e.g. "stopped" (train.max_updates reached before this epoch)
-                elif eval_status == STATUS_OK:
-                    status = STATUS_OK
-                elif train_status == STATUS_OK:
-                    status = STATUS_NOT_EVALUATED
-                else:
-                    status = STATUS_MISSING
-                row: dict[str, Any] = {
-                    "run": run, "seed": int(seed), "epoch": ep, "status": status,
-                    "train_status": train_status, "eval_status": eval_status,
-                    "updates": _num((man or {}).get("updates")),
-                    "train_wall_s": _num((man or {}).get("wall_s")),
-                    "eval_wall_s": _num((ev or {}).get("wall_s")),
-                }
-                ev_splits = (ev or {}).get("splits") or {}
-                for sp in splits:
-                    scores = ev_splits.get(sp) or {}
-                    for m in SPLIT_METRICS:
-                        # a diverged epoch has no scores: NaN, with status telling why
-                        row[f"{sp}_{m}"] = _num(scores.get(m)) if status == STATUS_OK else math.nan
-                rows.append(row)
+    for run, seed, rd in _run_seeds(exp_dir, experiment):
+        summary = _read_optional_json(rd / "summary.json") or {}
+        div = summary.get("diverged") if isinstance(summary.get("diverged"), dict) else None
+        div_epoch = int(div["epoch"]) if div and div.get("epoch") is not None else None
+        # epochs on disk beyond the configured count still show (a results tree from an earlier config)
+        n_ep = max([experiment.runs[run].train.epochs, *_epochs_on_disk(rd / "epochs"), *_epochs_on_disk(rd / "eval")])
+        for ep in range(1, n_ep + 1):
+            man = _read_optional_json(rd / "epochs" / f"epoch{ep:03d}.json")
+            ev = _read_optional_json(rd / "eval" / f"epoch{ep:03d}.json")
+            train_status = (man or {}).get("status", STATUS_MISSING)
+            if man is None and div_epoch is not None and ep >= div_epoch:
+                train_status = STATUS_DIVERGED  # summary knows even if manifests are not written yet
+            eval_status = (ev or {}).get("status", STATUS_MISSING)
+            if STATUS_DIVERGED in (train_status, eval_status):
+                status = STATUS_DIVERGED
+            elif train_status not in (STATUS_OK, STATUS_MISSING):
+                status = str(train_status)  # e.g. "stopped" (train.max_updates reached before this epoch)
+            elif eval_status == STATUS_OK:
+                status = STATUS_OK
+            elif train_status == STATUS_OK:
+                status = STATUS_NOT_EVALUATED
+            else:
+                status = STATUS_MISSING
+            row: dict[str, Any] = {
+                "run": run, "seed": seed, "epoch": ep, "status": status,
+                "train_status": train_status, "eval_status": eval_status,
+                "updates": _num((man or {}).get("updates")),
+                "train_wall_s": _num((man or {}).get("wall_s")),
+                "eval_wall_s": _num((ev or {}).get("wall_s")),
+            }
+            ev_splits = (ev or {}).get("splits") or {}
+            for sp in splits:
+                scores = ev_splits.get(sp) or {}
+                for m in SPLIT_METRICS:
+                    # a diverged epoch has no scores: NaN, with status telling why
+                    row[f"{sp}_{m}"] = _num(scores.get(m)) if status == STATUS_OK else math.nan
+            rows.append(row)
     cols = ["run", "seed", "epoch", "status", "train_status", "eval_status", "updates", "train_wall_s",
             "eval_wall_s"] + [f"{sp}_{m}" for sp in splits for m in SPLIT_METRICS]
     return pd.DataFrame(rows, columns=cols)
@@ -205,12 +177,12 @@ def run_epoch_table(epochs: pd.DataFrame) -> pd.DataFrame:
 # per run
 
 
-def divergence_table(exp_dir: Path, experiment: dict[str, Any], epochs: pd.DataFrame | None = None) -> pd.DataFrame:
+def divergence_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per run: seeds finished (summary.json present), seeds diverged, divergence rate, and where."""
     rows = []
-    for run in experiment["select"]:
+    for run in experiment.select:
         n_fin, n_div, where = 0, 0, []
-        for seed in experiment["seeds"]:
+        for seed in experiment.seeds:
             summary = _read_optional_json(run_dir(exp_dir, run, seed) / "summary.json")
             div = None
             if summary is not None:
@@ -225,57 +197,47 @@ def divergence_table(exp_dir: Path, experiment: dict[str, Any], epochs: pd.DataF
             if div:
                 n_div += 1
                 d = div if isinstance(div, dict) else {}
-                why = d.get("reason") or d.get("detail")
+                why = d.get("detail")
                 where.append(f"seed {seed}: update {d.get('update', '?')}, epoch {d.get('epoch', '?')}"
                              + (f" ({why})" if why else ""))
-        rows.append({"run": run, "n_seeds": len(experiment["seeds"]), "n_finished": n_fin, "n_diverged": n_div,
+        rows.append({"run": run, "n_seeds": len(experiment.seeds), "n_finished": n_fin, "n_diverged": n_div,
                      "divergence_rate": (n_div / n_fin) if n_fin else math.nan, "diverged_at": "; ".join(where)})
     return pd.DataFrame(rows, columns=["run", "n_seeds", "n_finished", "n_diverged", "divergence_rate", "diverged_at"])
 
 
-def _device_of(run_json: dict[str, Any]) -> tuple[str, str]:
-    """(host, device) from run.json, tolerant of where the training engineer put them."""
-    w = run_json.get("where_ran") or run_json.get("where") or {}
-    host = w.get("host") or run_json.get("host") or ""
-    dev = w.get("device") or run_json.get("device_name") or run_json.get("device") or ""
-    return str(host), str(dev)
-
-
-def wallclock_table(exp_dir: Path, experiment: dict[str, Any], epochs: pd.DataFrame,
+def wallclock_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame,
                     curves: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (run, seed): updates, training wall-clock summed over attempts (summary.json), seconds per
     update, mean logged target tokens/s, evaluation wall-clock summed over epochs, attempts, host, device."""
     rows = []
-    for run in experiment["select"]:
-        for seed in experiment["seeds"]:
-            rd = run_dir(exp_dir, run, seed)
-            summary = _read_optional_json(rd / "summary.json") or {}
-            rj = _read_optional_json(rd / "run.json") or {}
-            host, dev = _device_of(rj)
-            g = epochs[(epochs["run"] == run) & (epochs["seed"] == seed)]
-            updates = _num(summary.get("updates"))
-            # training wall-clock summed over attempts: "wall_s" (interface spec) or the training stage's
-            # "train_s" (cumulative time in updates, kept across resumes; the epoch manifests' wall_s is the same clock)
-            wall = _num(summary.get("wall_s", summary.get("train_s")))
-            if math.isnan(wall) and len(g):  # summary not yet written: last manifest's cumulative wall-clock
-                wall = g["train_wall_s"].max()
-                updates = g["updates"].max() if math.isnan(updates) else updates
-            tps, attempts = _num(summary.get("tokens_per_s")), _num(summary.get("attempts"))
-            if curves is not None and len(curves):
-                c = curves[(curves["run"] == run) & (curves["seed"] == seed)]
-                if len(c) and math.isnan(tps) and c["tokens_per_s"].notna().any():
-                    tps = c["tokens_per_s"].mean()
-                if len(c) and math.isnan(attempts) and c["attempt"].notna().any():
-                    attempts = c["attempt"].nunique()
-            rows.append({
-                "run": run, "seed": int(seed), "updates": updates, "train_wall_s": wall,
-                "s_per_update": wall / updates if updates and not math.isnan(updates) else math.nan,
-                "wall_s_all_attempts": _num(summary.get("wall_s_all_attempts")),
-                "tokens_per_s": tps, "attempts": attempts,
-                "eval_wall_s": g["eval_wall_s"].sum(min_count=1) if len(g) else math.nan,
-                "threads": rj.get("threads"), "precision": rj.get("precision"),
-                "host": host, "device": dev,
-            })
+    for run, seed, rd in _run_seeds(exp_dir, experiment):
+        summary = _read_optional_json(rd / "summary.json") or {}
+        rj = _read_optional_json(rd / "run.json") or {}
+        ran = rj.get("where_ran") or {}
+        g = epochs[(epochs["run"] == run) & (epochs["seed"] == seed)]
+        updates = _num(summary.get("updates"))
+        # training wall-clock summed over attempts: the time in updates whose results were kept, across
+        # resumes (the epoch manifests' wall_s is the same clock)
+        wall = _num(summary.get("train_s"))
+        if math.isnan(wall) and len(g):  # summary not yet written: last manifest's cumulative wall-clock
+            wall = g["train_wall_s"].max()
+            updates = g["updates"].max() if math.isnan(updates) else updates
+        tps, attempts = _num(summary.get("tokens_per_s")), _num(summary.get("attempts"))
+        if curves is not None and len(curves):
+            c = curves[(curves["run"] == run) & (curves["seed"] == seed)]
+            if len(c) and math.isnan(tps) and c["tokens_per_s"].notna().any():
+                tps = c["tokens_per_s"].mean()
+            if len(c) and math.isnan(attempts) and c["attempt"].notna().any():
+                attempts = c["attempt"].nunique()
+        rows.append({
+            "run": run, "seed": seed, "updates": updates, "train_wall_s": wall,
+            "s_per_update": wall / updates if updates and not math.isnan(updates) else math.nan,
+            "wall_s_all_attempts": _num(summary.get("wall_s_all_attempts")),
+            "tokens_per_s": tps, "attempts": attempts,
+            "eval_wall_s": g["eval_wall_s"].sum(min_count=1) if len(g) else math.nan,
+            "threads": rj.get("threads"), "precision": rj.get("precision"),
+            "host": str(ran.get("host") or ""), "device": str(ran.get("device") or ""),
+        })
     return pd.DataFrame(rows)
 
 
@@ -358,7 +320,7 @@ class TrainLog:
     problems: list[str] = field(default_factory=list)
 
 
-def read_train_logs(exp_dir: Path, experiment: dict[str, Any]) -> TrainLog:
+def read_train_logs(exp_dir: Path, experiment: Experiment) -> TrainLog:
     """Read every selected run's train.jsonl. Records with a "kind" other than "step" (attempt, epoch,
     diverged, finished markers) are not updates and are skipped; records without "kind" count as steps.
     Every dict-valued field of a step is taken as per-layer gradient norms (generic: nested dicts and
@@ -368,47 +330,46 @@ def read_train_logs(exp_dir: Path, experiment: dict[str, Any]) -> TrainLog:
     curve_rows: list[dict[str, Any]] = []
     layer_rows: list[tuple] = []
     problems: list[str] = []
-    for run in experiment["select"]:
-        for seed in experiment["seeds"]:
-            path = run_dir(exp_dir, run, seed) / "train.jsonl"
-            if not path.exists():
-                continue
-            recs: dict[int, dict[str, Any]] = {}
-            with open(path, encoding="utf-8") as f:
-                for i, line in enumerate(f, 1):
-                    if not line.strip():
+    for run, seed, rd in _run_seeds(exp_dir, experiment):
+        path = rd / "train.jsonl"
+        if not path.exists():
+            continue
+        recs: dict[int, dict[str, Any]] = {}
+        with open(path, encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    if isinstance(rec, dict) and rec.get("kind", "step") != "step":
                         continue
-                    try:
-                        rec = json.loads(line)
-                        if isinstance(rec, dict) and rec.get("kind", "step") != "step":
-                            continue
-                        upd = int(rec["update"])
-                    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                        problems.append(f"{path}:{i}: not a JSON record with an 'update'")
-                        continue
-                    recs[upd] = rec  # later attempts overwrite earlier ones
-            for upd in sorted(recs):
-                rec = recs[upd]
-                row = {"run": run, "seed": int(seed), "update": upd, "epoch": _num(rec.get("epoch"))}
-                for k in TRAIN_SCALARS:
-                    row[k] = _num(rec.get(k))
-                curve_rows.append(row)
-                for k, v in rec.items():
-                    if isinstance(v, dict):  # top-level lists (e.g. "lrs", per-update lrs) are not layers
-                        for key, val in _flatten_numeric(v).items():
-                            stack, layer, sub = parse_layer_key(key)
-                            layer_rows.append((run, int(seed), upd, row["epoch"], key, stack, layer, sub, val))
+                    upd = int(rec["update"])
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    problems.append(f"{path}:{i}: not a JSON record with an 'update'")
+                    continue
+                recs[upd] = rec  # later attempts overwrite earlier ones
+        for upd in sorted(recs):
+            rec = recs[upd]
+            row = {"run": run, "seed": seed, "update": upd, "epoch": _num(rec.get("epoch"))}
+            for k in TRAIN_SCALARS:
+                row[k] = _num(rec.get(k))
+            curve_rows.append(row)
+            for k, v in rec.items():
+                if isinstance(v, dict):  # top-level lists (e.g. "lrs", per-update lrs) are not layers
+                    for key, val in _flatten_numeric(v).items():
+                        stack, layer, sub = parse_layer_key(key)
+                        layer_rows.append((run, seed, upd, row["epoch"], key, stack, layer, sub, val))
     curves = pd.DataFrame(curve_rows, columns=["run", "seed", "update", "epoch", *TRAIN_SCALARS])
     layers = pd.DataFrame(layer_rows, columns=["run", "seed", "update", "epoch", "key", "stack", "layer",
                                                "sublayer", "grad_norm"])
     return TrainLog(curves=curves, layers=layers, problems=problems)
 
 
-def early_window(experiment: dict[str, Any], epochs: pd.DataFrame) -> int:
+def early_window(epochs: pd.DataFrame) -> int:
     """Updates that count as "early in training" for the per-layer gradient study: the first epoch
     (the smallest updates count at epoch 1 over runs and seeds), else 1000 updates. The paper's
     argument is about initialization and warm-up, which the first epoch covers at every scale."""
-    e1 = epochs[(epochs["epoch"] == 1) & epochs["updates"].notna()]["updates"] if len(epochs) else pd.Series([], dtype=float)
+    e1 = epochs.loc[(epochs["epoch"] == 1) & epochs["updates"].notna(), "updates"]
     return int(e1.min()) if len(e1) and e1.min() > 0 else 1000
 
 
@@ -461,14 +422,13 @@ class Aggregate:
         }
 
 
-def aggregate(exp_dir: Path, experiment: dict[str, Any]) -> Aggregate:
+def aggregate(exp_dir: Path, experiment: Experiment) -> Aggregate:
     """Read the whole results tree of one experiment into tables."""
-    check_experiment(experiment)
     exp_dir = Path(exp_dir)
     epochs = epoch_table(exp_dir, experiment)
     run_epochs = run_epoch_table(epochs)
     log = read_train_logs(exp_dir, experiment)
-    early = early_window(experiment, epochs)
+    early = early_window(epochs)
     split = primary_split(experiment)
     return Aggregate(
         epochs=epochs, run_epochs=run_epochs,
@@ -500,7 +460,7 @@ def write_tables(agg: Aggregate, tables_dir: Path) -> dict[str, Path]:
 
 
 __all__ = [
-    "Aggregate", "aggregate", "load_experiment", "check_experiment", "epoch_table", "run_epoch_table",
-    "divergence_table", "wallclock_table", "milestone_table", "read_train_logs", "parse_layer_key",
-    "layer_grad_summary", "write_tables", "write_csv", "to_csv_text", "splits_of", "primary_split",
+    "Aggregate", "aggregate", "epoch_table", "run_epoch_table", "divergence_table", "wallclock_table",
+    "milestone_table", "read_train_logs", "parse_layer_key", "layer_grad_summary", "write_tables", "write_csv",
+    "to_csv_text", "primary_split",
 ]

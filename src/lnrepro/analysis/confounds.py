@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config.settings import FACTOR_KEYS
 from ..errors import LnReproError
 from ..io import atomic_write_text
 
-# The factor a comparison names -> the resolved-config key that implements it.
-FACTOR_KEYS = {"norm": "model.norm", "warmup": "schedule.warmup", "decay": "schedule.decay"}
 # Top-level keys that identify a run rather than configure it.
 IDENTITY_KEYS = {"run", "seed", "name"}
 
@@ -30,14 +29,15 @@ TIME_NOTE = (
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dict -> {"a.b": value}; lists stay values (decay_epochs [8] is one setting)."""
+    """Nested dict -> {"a.b": value}; lists stay values (decay_epochs [8] is one setting). A tuple (as
+    ``Section.to_dict`` keeps them) becomes the list experiment.json holds, so both read the same."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}.{k}" if prefix else str(k)
         if isinstance(v, dict) and v:
             out.update(flatten(v, key))
         else:
-            out[key] = v
+            out[key] = list(v) if isinstance(v, tuple) else v
     return out
 
 
@@ -87,7 +87,8 @@ class ComparisonResult:
 
 
 def analyze_confounds(experiment: dict[str, Any], devices: dict[str, set[str]] | None = None) -> dict[str, Any]:
-    """Confound analysis of every comparison in ``experiment`` (experiment.json's dict).
+    """Confound analysis of every comparison in ``experiment`` (experiment.json's dict, or
+    ``Experiment.to_dict()``: its tuples count as the JSON lists).
 
     ``devices`` (optional, run -> set of device names the run trained on, from run.json) adds a
     hardware note when compared runs' wall-clocks come from different devices.
@@ -101,7 +102,7 @@ def analyze_confounds(experiment: dict[str, Any], devices: dict[str, set[str]] |
     results: list[ComparisonResult] = []
     hardware: list[str] = []
     for name, comp in comps.items():
-        if not isinstance(comp, dict) or not isinstance(comp.get("runs"), list) or "factor" not in comp:
+        if not isinstance(comp, dict) or not isinstance(comp.get("runs"), (list, tuple)) or "factor" not in comp:
             raise LnReproError(f"experiment.json: comparison '{name}' needs 'runs' (a list) and 'factor'")
         runs = [str(r) for r in comp["runs"]]
         fkey = factor_key(str(comp["factor"]))

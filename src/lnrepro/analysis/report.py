@@ -4,6 +4,9 @@
 CSS, figures by relative <img> links, tables rendered by pandas), ``tables/*.csv``, ``figures/*.png`` and
 ``confounds.md``. Optional inputs (gradinit.csv, training logs, evaluations not yet run) only change what
 a section says; they never make the report fail. Diverged runs and epochs are shown as "diverged".
+
+Everything is read, tabulated and drawn once (``_prepare``); each section of the page is then one function
+of that ``_Context``, and ``SECTIONS`` lists them in page order (the table of contents comes from it too).
 """
 
 from __future__ import annotations
@@ -11,17 +14,20 @@ from __future__ import annotations
 import html
 import json
 import math
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
+from ..config.settings import FACTOR_KEYS, Experiment
 from ..errors import LnReproError
 from ..io import atomic_write_text, where_ran
+from ..norms import NORMS
 from . import aggregate as ag
 from .confounds import differing_keys, flatten, write_confounds
-from .plots import make_figures
+from .plots import make_figures, norm_style
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1200px;margin:2em auto;
@@ -37,16 +43,34 @@ code{background:#f4f4f4;padding:0 3px}
 """
 
 
+# How the figures' line styles (plots.norm_style) read in a sentence.
+_STYLE_WORDS = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dotted"}
+
+
 def _esc(x: Any) -> str:
     return html.escape(str(x))
 
 
-def _table(df: pd.DataFrame, table_id: str, index: bool = False, float_format: str = "{:.4g}") -> str:
+def _value(v: Any) -> Any:
+    """A setting as a table cell: lists, tuples and mappings as JSON (decay_epochs [8]), the rest as is."""
+    return json.dumps(v) if isinstance(v, (list, tuple, dict)) else v
+
+
+def _table(df: pd.DataFrame, table_id: str) -> str:
     """A pandas table as HTML (escaped; NaN shown as an em dash)."""
-    if df is None or df.empty:
+    if df.empty:
         return "<p><em>No data yet.</em></p>"
-    return df.to_html(index=index, table_id=table_id, na_rep="—", escape=True, border=0,
-                      float_format=lambda v: float_format.format(v))
+    return df.to_html(index=False, table_id=table_id, na_rep="—", escape=True, border=0,
+                      float_format=lambda v: f"{v:.4g}")
+
+
+def _kv_table(pairs: Iterable[tuple[str, Any]], table_id: str) -> str:
+    """The report's one key/value table (scaling, shared settings, evaluation settings): a row per setting."""
+    return _table(pd.DataFrame([{"key": k, "value": _value(v)} for k, v in pairs]), table_id)
+
+
+def _list(items: Iterable[Any]) -> str:
+    return "<ul>" + "".join(f"<li>{_esc(x)}</li>" for x in items) + "</ul>"
 
 
 def _fmt(v: float, digits: int) -> str:
@@ -69,7 +93,7 @@ def score_cell(row: pd.Series, col: str, digits: int = 2) -> str:
     return s
 
 
-def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: list[str], digits: int = 2) -> pd.DataFrame:
+def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: Sequence[str], digits: int = 2) -> pd.DataFrame:
     """Rows: epoch; columns: runs (in ``select`` order); one formatted value per run per epoch."""
     if run_epochs.empty:
         return pd.DataFrame()
@@ -97,221 +121,273 @@ def _read_gradinit(exp_dir: Path) -> tuple[pd.DataFrame | None, str]:
 
 
 def _gradinit_summary(gi: pd.DataFrame) -> pd.DataFrame:
-    """Mean over seeds of each weight's gradient norm; one column per norm position, plus post/pre."""
-    piv = gi.groupby(["stack", "layer", "sublayer", "param", "norm"])["grad_norm"].mean().unstack("norm").reset_index()
-    if {"post", "pre"} <= set(piv.columns):
-        piv["post/pre"] = piv["post"] / piv["pre"]
+    """Mean over seeds of each weight's gradient norm: one column per norm variant (in NORMS order), then
+    the first variant's ratio to each other one ("post/pre": how much larger the baseline's gradient is)."""
+    keys = ["stack", "layer", "sublayer", "param"]
+    piv = gi.groupby([*keys, "norm"])["grad_norm"].mean().unstack("norm").reset_index()
+    registered = [n for n in NORMS if n in piv.columns]
+    stale = sorted(set(piv.columns) - set(keys) - set(registered))  # a gradinit.csv from a since-removed variant
+    piv = piv[keys + registered + stale]
+    base = next(iter(NORMS))
+    if base in registered:
+        for n in registered[1:]:
+            piv[f"{base}/{n}"] = piv[base] / piv[n]
     piv.columns.name = None
     order = {"enc": 0, "dec": 1}
-    return piv.sort_values(["stack", "layer", "sublayer", "param"], key=lambda s: s.map(order) if s.name == "stack" else s)
+    return piv.sort_values(keys, key=lambda s: s.map(order) if s.name == "stack" else s)
 
 
-def _run_factors(experiment: dict[str, Any]) -> pd.DataFrame:
-    """The selected runs with their norm/warm-up/decay and every other key that differs between them."""
-    runs = experiment["select"]
-    cfgs = [experiment["runs"][r] for r in runs]
-    keys = ["model.norm", "schedule.warmup", "schedule.decay"]
-    keys += [k for k in differing_keys(cfgs) if k not in keys]
-    rows = []
-    for r, c in zip(runs, cfgs):
-        f = flatten(c)
-        rows.append({"run": r, **{k: json.dumps(f.get(k)) if isinstance(f.get(k), (list, dict)) else f.get(k) for k in keys}})
-    return pd.DataFrame(rows)
+def _run_settings(experiment: Experiment) -> list[dict[str, Any]]:
+    """Each selected run's settings under dotted keys, in ``select`` order."""
+    return [experiment.runs[r].flat() for r in experiment.select]
 
 
-def _shared_settings(experiment: dict[str, Any]) -> pd.DataFrame:
-    """Settings equal across all selected runs (model, optim, schedule, train sections)."""
-    runs = experiment["select"]
-    if not runs:
-        return pd.DataFrame()
-    cfgs = [experiment["runs"][r] for r in runs]
-    diff = set(differing_keys(cfgs))
-    f = flatten(cfgs[0])
-    rows = [{"key": k, "value": json.dumps(v) if isinstance(v, (list, dict)) else v}
-            for k, v in f.items() if k not in diff and k.split(".")[0] in ("model", "optim", "schedule", "train", "bpe")]
-    rows.append({"key": "data.dataset", "value": f.get("data.dataset")})
-    return pd.DataFrame(rows)
+def _run_factors(experiment: Experiment) -> pd.DataFrame:
+    """The selected runs with their level of each studied factor and every other key that differs between them."""
+    settings = _run_settings(experiment)
+    keys = list(FACTOR_KEYS.values())
+    keys += [k for k in differing_keys(settings) if k not in keys]
+    return pd.DataFrame([{"run": r, **{k: _value(f[k]) for k in keys}} for r, f in zip(experiment.select, settings)])
 
 
-def _figure(rel: str, alt: str) -> str:
-    return f'<figure><img src="{_esc(rel)}" alt="{_esc(alt)}"><figcaption>{_esc(alt)}</figcaption></figure>'
+def _shared_settings(experiment: Experiment) -> list[tuple[str, Any]]:
+    """Settings equal across all selected runs (bpe and the run sections), then the dataset. Sorted by key,
+    the order the report has always listed them in (experiment.json's)."""
+    settings = _run_settings(experiment)
+    differ = set(differing_keys(settings))
+    shared = [(f"bpe.{k}", v) for k, v in experiment.bpe.to_dict().items()]
+    shared += [(k, v) for k, v in settings[0].items() if k not in differ]
+    return sorted(shared) + [("data.dataset", experiment.data.dataset)]
 
 
-def make_report(exp_dir: Path, experiment: dict[str, Any] | None = None, out_dir: Path | None = None) -> Path:
-    """Build results/{exp}/report/: index.html, tables/*.csv, figures/*.png, confounds.md.
+def _norm_styles() -> str:
+    """How the figures tell the norm variants apart, e.g. "Post-LN solid, Pre-LN dashed"."""
+    return ", ".join(f"{v.label} {_STYLE_WORDS[norm_style(name)['linestyle']]}" for name, v in NORMS.items())
 
-    ``experiment`` is experiment.json's content (read from ``exp_dir`` when None); ``out_dir`` defaults
-    to ``exp_dir/report``. Returns the path of index.html."""
-    exp_dir = Path(exp_dir)
-    if experiment is None:
-        experiment = ag.load_experiment(exp_dir)
-    ag.check_experiment(experiment, exp_dir / "experiment.json")
-    out_dir = Path(out_dir) if out_dir is not None else exp_dir / "report"
-    runs = list(experiment["select"])
-    splits = ag.splits_of(experiment)
-    split = ag.primary_split(experiment)
 
+def _distinct(values: pd.Series) -> str:
+    """The distinct values of a column, sorted, comma-separated (the gradinit settings actually used)."""
+    return ", ".join(map(str, sorted(values.dropna().unique().tolist())))
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every section reads: the experiment and what was read, tabulated and drawn for it, once."""
+
+    experiment: Experiment
+    out_dir: Path
+    agg: ag.Aggregate
+    tables: dict[str, Path]  # name -> tables/{name}.csv
+    figures: dict[str, Path]  # key of FIGURES -> figures/*.png
+    confounds: dict[str, Any]  # confounds.analyze_confounds's result
+    gradinit: pd.DataFrame | None  # analysis/gradinit.csv, None when not computed
+    gradinit_missing: str  # why gradinit is None
+
+    def rel(self, path: Path) -> str:
+        return Path(path).relative_to(self.out_dir).as_posix()
+
+    def figure(self, key: str, caption: str) -> str:
+        src = _esc(self.rel(self.figures[key]))
+        return f'<figure><img src="{src}" alt="{_esc(caption)}"><figcaption>{_esc(caption)}</figcaption></figure>'
+
+    def per_epoch(self, heading: str, col: str, table_id: str, digits: int = 2) -> list[str]:
+        """A heading and the per run per epoch table of one score column."""
+        return [f"<h3>{_esc(heading)}</h3>",
+                _table(per_epoch_table(self.agg.run_epochs, col, self.experiment.select, digits), table_id)]
+
+
+def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
+    """Aggregate the results tree and write the report's files other than index.html (tables, figures,
+    confounds.md)."""
     agg = ag.aggregate(exp_dir, experiment)
     tables = ag.write_tables(agg, out_dir / "tables")
-    gi, gi_reason = _read_gradinit(exp_dir)
+    gi, gi_missing = _read_gradinit(exp_dir)
     if gi is not None:
         tables["gradinit_summary"] = ag.write_csv(_gradinit_summary(gi), out_dir / "tables" / "gradinit_summary.csv")
-    figs = make_figures(agg, experiment, out_dir / "figures", gi)
-    devices = {r: set(agg.wallclock.loc[agg.wallclock["run"] == r, "device"].dropna().astype(str)) for r in runs}
-    conf = write_confounds(experiment, out_dir / "confounds.md", devices)
+    figures = make_figures(agg, experiment, out_dir / "figures", gi)
+    wc = agg.wallclock
+    devices = {r: set(wc.loc[wc["run"] == r, "device"].dropna().astype(str)) for r in experiment.select}
+    confounds = write_confounds(experiment.to_dict(), out_dir / "confounds.md", devices)
+    return _Context(experiment, out_dir, agg, tables, figures, confounds, gi, gi_missing)
 
-    def rel(p: Path) -> str:
-        return Path(p).relative_to(out_dir).as_posix()
 
-    parts: list[str] = []
-    add = parts.append
-    name = experiment.get("name", exp_dir.name)
-    add(f"<h1>Pre-LN vs Post-LN: experiment <code>{_esc(name)}</code></h1>")
-    add("<p>Reproduction of Figure 4 of Xiong et al. (ICML 2020), <em>On Layer Normalization in the Transformer "
-        "Architecture</em>, and a controlled factorial study of norm position, warm-up and decay. "
-        f"Generated {_esc(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}.</p>")
-    toc = [("run", "What was run"), ("figure4", "Figure 4 reproduction"), ("confounds", "Confounds"),
-           ("stability", "Stability"), ("wallclock", "Wall-clock"), ("gradinit", "Gradient at initialization"),
-           ("deviations", "Deviations from the paper"), ("where", "Where it ran"), ("files", "Files")]
-    add("<ul>" + "".join(f'<li><a href="#{a}">{_esc(t)}</a></li>' for a, t in toc) + "</ul>")
+# --- the sections, in page order (SECTIONS below)
 
-    # --- what was run
-    add('<h2 id="run">What was run</h2>')
-    add(f"<p>Seeds: {_esc(', '.join(map(str, experiment['seeds'])))}. Runs selected: {len(runs)}. "
-        f"Dataset: <code>{_esc(flatten(experiment['runs'][runs[0]]).get('data.dataset') if runs else '?')}</code>.</p>")
-    if experiment.get("notes"):
-        add(f'<div class="note"><strong>Notes:</strong> {_esc(experiment["notes"])}</div>')
-    if experiment.get("scaling"):
-        add("<p><strong>Scaling</strong> (this preset rescales the paper's schedule):</p>")
-        sc = experiment["scaling"]
-        add(_table(pd.DataFrame([{"key": k, "value": json.dumps(v) if isinstance(v, (list, dict)) else v}
-                                 for k, v in flatten(sc).items()]) if isinstance(sc, dict)
-                   else pd.DataFrame([{"scaling": str(sc)}]), "scaling"))
+
+def _what_was_run(ctx: _Context) -> list[str]:
+    e = ctx.experiment
+    parts = [f"<p>Seeds: {_esc(', '.join(map(str, e.seeds)))}. Runs selected: {len(e.select)}. "
+             f"Dataset: <code>{_esc(e.data.dataset)}</code>.</p>"]
+    if e.notes:
+        parts.append(f'<div class="note"><strong>Notes:</strong> {_esc(e.notes)}</div>')
+    if e.scaling:
+        parts += ["<p><strong>Scaling</strong> (this preset rescales the paper's schedule):</p>",
+                  _kv_table(flatten(e.scaling).items(), "scaling")]
     else:
-        add("<p>Scaling: none (the paper's schedule numbers).</p>")
-    add("<h3>Runs</h3>")
-    add(_table(_run_factors(experiment), "runs"))
-    add("<h3>Settings shared by all runs</h3>")
-    add(_table(_shared_settings(experiment), "shared-settings"))
-    if experiment.get("eval"):
-        add("<h3>Evaluation settings</h3>")
-        add(_table(pd.DataFrame([{"key": k, "value": json.dumps(v) if isinstance(v, (list, dict)) else v}
-                                 for k, v in flatten(experiment["eval"]).items()]), "eval-settings"))
+        parts.append("<p>Scaling: none (the paper's schedule numbers).</p>")
+    return parts + [
+        "<h3>Runs</h3>", _table(_run_factors(e), "runs"),
+        "<h3>Settings shared by all runs</h3>", _kv_table(_shared_settings(e), "shared-settings"),
+        # sorted by key, as the shared settings
+        "<h3>Evaluation settings</h3>", _kv_table(sorted(e.eval.to_dict().items()), "eval-settings"),
+    ]
 
-    # --- figure 4
-    add('<h2 id="figure4">Figure 4 reproduction</h2>')
-    add("<p>Validation loss (base 2, label-smoothed, as fairseq reports it) and tokenized BLEU (BLEU-4 on the "
+
+def _figure4(ctx: _Context) -> list[str]:
+    split, splits = ctx.agg.split, ctx.experiment.eval.splits
+    parts = [
+        "<p>Validation loss (base 2, label-smoothed, as fairseq reports it) and tokenized BLEU (BLEU-4 on the "
         "Moses-tokenized lowercased text, as the paper and fairseq report it) for every run at every checkpoint "
         "(one per epoch). Values are means over seeds ± standard deviation; band in the figures: seed min/max. "
         "<strong>diverged</strong> marks a run/epoch that diverged (no checkpoint to score); "
-        "<em>not evaluated</em>/<em>missing</em> mark work not done yet.</p>")
-    add(_figure(rel(figs["loss_epoch"]), "validation loss per epoch"))
-    add(_figure(rel(figs["bleu_epoch"]), "tokenized BLEU per epoch"))
-    add(f"<h3>Tokenized BLEU on {_esc(split)}, per run per epoch</h3>")
-    add(_table(per_epoch_table(agg.run_epochs, f"{split}_bleu_tok", runs), "bleu-per-epoch"))
-    add(f"<h3>Validation loss (base 2) on {_esc(split)}, per run per epoch</h3>")
-    add(_table(per_epoch_table(agg.run_epochs, f"{split}_loss_base2", runs, 3), "loss-per-epoch"))
+        "<em>not evaluated</em>/<em>missing</em> mark work not done yet.</p>",
+        ctx.figure("loss_epoch", "validation loss per epoch"),
+        ctx.figure("bleu_epoch", "tokenized BLEU per epoch"),
+        *ctx.per_epoch(f"Tokenized BLEU on {split}, per run per epoch", f"{split}_bleu_tok", "bleu-per-epoch"),
+        *ctx.per_epoch(f"Validation loss (base 2) on {split}, per run per epoch", f"{split}_loss_base2",
+                       "loss-per-epoch", 3),
+    ]
     for sp in splits:
         if sp != split:
-            add(f"<h3>Tokenized BLEU on {_esc(sp)}</h3>")
-            add(_table(per_epoch_table(agg.run_epochs, f"{sp}_bleu_tok", runs), f"bleu-per-epoch-{sp}"))
+            parts += ctx.per_epoch(f"Tokenized BLEU on {sp}", f"{sp}_bleu_tok", f"bleu-per-epoch-{sp}")
     for sp in splits:
-        add(f"<h3>sacreBLEU (detokenized, against the raw references) on {_esc(sp)}</h3>")
-        add(_table(per_epoch_table(agg.run_epochs, f"{sp}_sacrebleu", runs), f"sacrebleu-per-epoch-{sp}"))
-    add(f"<h3>Checkpoints and time to a common BLEU</h3><p>Target: 95% of the best seed-mean tokenized BLEU any "
+        parts += ctx.per_epoch(f"sacreBLEU (detokenized, against the raw references) on {sp}", f"{sp}_sacrebleu",
+                               f"sacrebleu-per-epoch-{sp}")
+    return parts + [
+        f"<h3>Checkpoints and time to a common BLEU</h3><p>Target: 95% of the best seed-mean tokenized BLEU any "
         f"run reaches on {_esc(split)}. The paper's claim (Pre-LN's 9th checkpoint about as good as Post-LN's 15th) "
-        "is about the epoch column; the wall-clock column says whether it holds in time.</p>")
-    add(_table(agg.milestones, "milestones"))
+        "is about the epoch column; the wall-clock column says whether it holds in time.</p>",
+        _table(ctx.agg.milestones, "milestones"),
+    ]
 
-    # --- confounds
-    add('<h2 id="confounds">Confounds</h2>')
-    ct = pd.DataFrame([{
+
+def _confounds(ctx: _Context) -> list[str]:
+    conf = ctx.confounds
+    table = pd.DataFrame([{
         "comparison": c["name"], "runs": ", ".join(c["runs"]), "factor": c["factor_key"],
         "also differs (confounds)": ", ".join(c["confounds"]) if c["verdict"] != "skipped" else "",
         "verdict": c["verdict"] + (f": {c['reason']}" if c["reason"] else ""), "claim": c["claim"],
     } for c in conf["comparisons"]])
-    add(_table(ct, "confounds"))
-    add("<ul>" + "".join(f"<li>{_esc(s)}</li>" for s in conf["sentences"]) + "</ul>")
-    add(f'<div class="note">{_esc(conf["time_note"])}</div>')
-    for h in conf["hardware_notes"]:
-        add(f'<p class="bad">{_esc(h)}</p>')
-    add('<p>Also as markdown: <a href="confounds.md">confounds.md</a>.</p>')
+    return [
+        _table(table, "confounds"),
+        _list(conf["sentences"]),
+        f'<div class="note">{_esc(conf["time_note"])}</div>',
+        *(f'<p class="bad">{_esc(h)}</p>' for h in conf["hardware_notes"]),
+        '<p>Also as markdown: <a href="confounds.md">confounds.md</a>.</p>',
+    ]
 
-    # --- stability
-    add('<h2 id="stability">Stability</h2>')
-    add("<p>Divergence: a non-finite loss or a loss above the configured bound stops a run (recorded in its "
-        "summary.json); the rate is over the seeds that finished.</p>")
-    div = agg.divergence.copy()
-    add(_table(div, "divergence"))
-    add(f"<p>Gradient norms per layer, averaged over the logged updates of the first {agg.early_updates} updates "
-        "(the first epoch), then over seeds. Post-LN solid, Pre-LN dashed.</p>")
-    add(_figure(rel(figs["grad_layers"]), "per-layer gradient norms early in training"))
-    add(_figure(rel(figs["grad_total"]), "total gradient norm early in training"))
+
+def _early_grad_table(layers_early: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
+    """Per (stack, layer, sublayer): each run's early gradient norm averaged over seeds, runs in ``select`` order."""
+    le = (layers_early.groupby(["stack", "layer", "sublayer", "run"], sort=False)["grad_norm_mean"].mean()
+          .unstack("run").reset_index())
+    le = le[["stack", "layer", "sublayer"] + [r for r in runs if r in le.columns]]
+    le.columns.name = None
+    return le
+
+
+def _stability(ctx: _Context) -> list[str]:
+    agg = ctx.agg
+    parts = [
+        "<p>Divergence: a non-finite loss or a loss above the configured bound stops a run (recorded in its "
+        "summary.json); the rate is over the seeds that finished.</p>",
+        _table(agg.divergence, "divergence"),
+        f"<p>Gradient norms per layer, averaged over the logged updates of the first {agg.early_updates} updates "
+        f"(the first epoch), then over seeds. {_esc(_norm_styles())}.</p>",
+        ctx.figure("grad_layers", "per-layer gradient norms early in training"),
+        ctx.figure("grad_total", "total gradient norm early in training"),
+    ]
     if len(agg.layers_early):
-        le = (agg.layers_early.groupby(["stack", "layer", "sublayer", "run"], sort=False)["grad_norm_mean"].mean()
-              .unstack("run").reset_index())
-        le = le[["stack", "layer", "sublayer"] + [r for r in runs if r in le.columns]]
-        le.columns.name = None
-        add(_table(le, "grad-norms-early"))
+        parts.append(_table(_early_grad_table(agg.layers_early, ctx.experiment.select), "grad-norms-early"))
     else:
-        add("<p><em>No per-layer gradient norms in the training logs.</em></p>")
+        parts.append("<p><em>No per-layer gradient norms in the training logs.</em></p>")
     if agg.problems:
-        add("<p class='bad'>Unreadable training-log lines (skipped):</p><ul>"
-            + "".join(f"<li>{_esc(p)}</li>" for p in agg.problems[:20]) + "</ul>")
+        parts.append("<p class='bad'>Unreadable training-log lines (skipped):</p>" + _list(agg.problems[:20]))
+    return parts
 
-    # --- wall-clock
-    add('<h2 id="wallclock">Wall-clock</h2>')
-    add("<p>Training wall-clock summed over attempts (a resumed run counts every attempt), per run and seed. "
+
+def _wallclock(ctx: _Context) -> list[str]:
+    return [
+        "<p>Training wall-clock summed over attempts (a resumed run counts every attempt), per run and seed. "
         "Curves below put the same scores on a time axis: the x position of each point is the seed-mean "
-        "training wall-clock at the end of that epoch.</p>")
-    add(_table(agg.wallclock, "wallclock"))
-    add(_figure(rel(figs["loss_wall"]), "validation loss vs training wall-clock"))
-    add(_figure(rel(figs["bleu_wall"]), "tokenized BLEU vs training wall-clock"))
+        "training wall-clock at the end of that epoch.</p>",
+        _table(ctx.agg.wallclock, "wallclock"),
+        ctx.figure("loss_wall", "validation loss vs training wall-clock"),
+        ctx.figure("bleu_wall", "tokenized BLEU vs training wall-clock"),
+    ]
 
-    # --- gradinit
-    add('<h2 id="gradinit">Gradient at initialization</h2>')
+
+def _gradinit(ctx: _Context) -> list[str]:
+    gi = ctx.gradinit
     if gi is None:
-        add(f"<p>Gradient norms at initialization: {_esc(gi_reason)}.</p>")
-    else:
-        meta = []
-        for col in ("dropout", "batches", "max_tokens", "target_tokens"):
-            if col in gi.columns:
-                meta.append(f"{col}: {', '.join(map(str, sorted(gi[col].dropna().unique().tolist())))}")
-        add("<p>The paper's Section 3 / Figure 3: Frobenius norm of the loss gradient (label-smoothed, per target "
-            "token) with respect to each layer's weights at initialization, on real training batches, averaged over "
-            f"batches, then over seeds {_esc(', '.join(map(str, sorted(gi['seed'].unique().tolist()))))}. "
-            f"Expected: Post-LN's grows toward the top of the decoder, Pre-LN's stays flat. {_esc('; '.join(meta))}</p>")
-        add(_figure(rel(figs["gradinit"]), "gradient norm at initialization by layer"))
-        add(_table(_gradinit_summary(gi), "gradinit"))
+        return [f"<p>Gradient norms at initialization: {_esc(ctx.gradinit_missing)}.</p>"]
+    meta = [f"{col}: {_distinct(gi[col])}" for col in ("dropout", "batches", "max_tokens", "target_tokens")
+            if col in gi.columns]
+    return [
+        "<p>The paper's Section 3 / Figure 3: Frobenius norm of the loss gradient (label-smoothed, per target "
+        "token) with respect to each layer's weights at initialization, on real training batches, averaged over "
+        f"batches, then over seeds {_esc(_distinct(gi['seed']))}. "
+        f"Expected: Post-LN's grows toward the top of the decoder, Pre-LN's stays flat. {_esc('; '.join(meta))}</p>",
+        ctx.figure("gradinit", "gradient norm at initialization by layer"),
+        _table(_gradinit_summary(gi), "gradinit"),
+    ]
 
-    # --- deviations
-    add('<h2 id="deviations">Deviations from the paper</h2>')
-    devs = experiment.get("deviations")
-    if devs is None:
-        try:
-            from ..deviations import DEVIATIONS as devs  # the project's list when experiment.json has none
-        except ImportError:
-            devs = []
-    add("<ul>" + "".join(f"<li>{_esc(d)}</li>" for d in devs) + "</ul>" if devs else "<p>None listed.</p>")
 
-    # --- where it ran
-    add('<h2 id="where">Where it ran</h2>')
-    wr = agg.wallclock[["run", "seed", "host", "device", "threads", "precision"]] if len(agg.wallclock) else pd.DataFrame()
-    add("<p>Training (from each run.json):</p>")
-    add(_table(wr, "where-ran"))
+def _deviations(ctx: _Context) -> list[str]:
+    devs = ctx.experiment.deviations
+    return [_list(devs) if devs else "<p>None listed.</p>"]
+
+
+def _where(ctx: _Context) -> list[str]:
     me = where_ran()
-    add(f"<p>This report: host <code>{_esc(me['host'])}</code>, device <code>{_esc(me['device'])}</code>"
-        + (f", SLURM job {_esc(me['slurm_job_id'])}" if me.get("slurm_job_id") else "") + ".</p>")
+    job = f", SLURM job {_esc(me['slurm_job_id'])}" if me["slurm_job_id"] else ""
+    return [
+        "<p>Training (from each run.json):</p>",
+        _table(ctx.agg.wallclock[["run", "seed", "host", "device", "threads", "precision"]], "where-ran"),
+        f"<p>This report: host <code>{_esc(me['host'])}</code>, device <code>{_esc(me['device'])}</code>{job}.</p>",
+    ]
 
-    # --- files
-    add('<h2 id="files">Files</h2><ul>')
-    for tname, p in sorted(tables.items()):
-        add(f'<li><a href="{_esc(rel(p))}">{_esc(rel(p))}</a></li>')
-    add('<li><a href="confounds.md">confounds.md</a></li></ul>')
 
+def _files(ctx: _Context) -> list[str]:
+    links = [ctx.rel(p) for _, p in sorted(ctx.tables.items())] + ["confounds.md"]
+    return ["<ul>" + "".join(f'<li><a href="{_esc(x)}">{_esc(x)}</a></li>' for x in links) + "</ul>"]
+
+
+# (anchor, heading, section): the page's order and its table of contents.
+SECTIONS: tuple[tuple[str, str, Callable[[_Context], list[str]]], ...] = (
+    ("run", "What was run", _what_was_run),
+    ("figure4", "Figure 4 reproduction", _figure4),
+    ("confounds", "Confounds", _confounds),
+    ("stability", "Stability", _stability),
+    ("wallclock", "Wall-clock", _wallclock),
+    ("gradinit", "Gradient at initialization", _gradinit),
+    ("deviations", "Deviations from the paper", _deviations),
+    ("where", "Where it ran", _where),
+    ("files", "Files", _files),
+)
+
+
+def _header(experiment: Experiment) -> list[str]:
+    """Title, what the page is, when it was made, and the table of contents."""
+    return [
+        f"<h1>Pre-LN vs Post-LN: experiment <code>{_esc(experiment.name)}</code></h1>",
+        "<p>Reproduction of Figure 4 of Xiong et al. (ICML 2020), <em>On Layer Normalization in the Transformer "
+        "Architecture</em>, and a controlled factorial study of norm position, warm-up and decay. "
+        f"Generated {_esc(datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC'))}.</p>",
+        "<ul>" + "".join(f'<li><a href="#{a}">{_esc(t)}</a></li>' for a, t, _ in SECTIONS) + "</ul>",
+    ]
+
+
+def make_report(exp_dir: Path, experiment: Experiment, out_dir: Path) -> Path:
+    """Build ``out_dir`` (results/{exp}/report/): index.html, tables/*.csv, figures/*.png, confounds.md.
+    Returns the path of index.html."""
+    ctx = _prepare(Path(exp_dir), experiment, Path(out_dir))
+    parts = _header(experiment)
+    for anchor, heading, section in SECTIONS:
+        parts += [f'<h2 id="{anchor}">{_esc(heading)}</h2>', *section(ctx)]
     doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-           f"<title>lnrepro report: {_esc(name)}</title><style>{CSS}</style></head><body>\n"
+           f"<title>lnrepro report: {_esc(experiment.name)}</title><style>{CSS}</style></head><body>\n"
            + "\n".join(parts) + "\n</body></html>\n")
-    index = out_dir / "index.html"
+    index = ctx.out_dir / "index.html"
     atomic_write_text(index, doc)
     return index
