@@ -18,6 +18,7 @@ two outputs are compared token for token. Prints one JSON object (and writes it 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from lnrepro.evaluate.search import translate
+from lnrepro.evaluate.search import DecodeOptions, translate
 from lnrepro.io import atomic_write_json, where_ran
 
 
@@ -84,26 +85,27 @@ def main(argv: list[str] | None = None) -> int:
     if a.n:
         seqs = seqs[: a.n]
 
-    kw = dict(beam=a.beam, lenpen=a.lenpen, max_tokens=a.max_tokens, max_len_a=a.max_len_a,
-              max_len_b=a.max_len_b, progress=sys.stderr.isatty())
+    opts = DecodeOptions(beam=a.beam, lenpen=a.lenpen, max_tokens=a.max_tokens, max_len_a=a.max_len_a,
+                         max_len_b=a.max_len_b)
+    progress = sys.stderr.isatty()
     res: dict = {
         "model": {"params": model.num_params(), **vars(model.cfg)}, "weights": str(a.weights) if a.weights else None,
         "sentences": len(seqs), "src_tokens": sum(map(len, seqs)),
-        "settings": {k: v for k, v in kw.items() if k != "progress"}, "threads": a.threads,
+        "settings": dataclasses.asdict(opts), "threads": a.threads,
         "torch": torch.__version__, "where_ran": where_ran(
             torch.cuda.get_device_name(device) if device.type == "cuda" else None),
         "precision": {},
     }
     for prec in a.precisions:
-        out, dt = _timed(lambda: translate(model, seqs, precision=prec, **kw))
+        out, dt = _timed(lambda: translate(model, seqs, dataclasses.replace(opts, precision=prec), progress))
         res["precision"][prec] = {"decode_s": dt, "sent_per_s": len(seqs) / dt,
                                   "out_tokens_per_s": sum(len(o) + 1 for o in out) / dt,
                                   "mean_out_len": sum(len(o) for o in out) / len(out)}
         print(f"{prec}: {len(seqs) / dt:.2f} sentences/s ({dt:.1f} s)", file=sys.stderr)
     if a.uncached_n:
         sub = seqs[: a.uncached_n]
-        cached, t_c = _timed(lambda: translate(model, sub, precision="fp32", cached=True, **kw))
-        uncached, t_u = _timed(lambda: translate(model, sub, precision="fp32", cached=False, **kw))
+        cached, t_c = _timed(lambda: translate(model, sub, opts, progress))
+        uncached, t_u = _timed(lambda: translate(model, sub, dataclasses.replace(opts, cached=False), progress))
         res["cache"] = {"sentences": len(sub), "cached_s": t_c, "uncached_s": t_u, "speedup": t_u / t_c,
                         "cached_sent_per_s": len(sub) / t_c, "uncached_sent_per_s": len(sub) / t_u,
                         "identical_outputs": cached == uncached}

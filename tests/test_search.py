@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from lnrepro.evaluate.search import beam_search, beam_search_nbest, greedy, length_batches, pad_batch, translate
+from lnrepro.evaluate.search import (
+    DecodeOptions,
+    beam_search,
+    beam_search_nbest,
+    greedy,
+    length_batches,
+    pad_batch,
+    translate,
+)
+from lnrepro.model import ModelConfig, Transformer
 from lnrepro.vocab import BOS, EOS, PAD
 
 torch.set_num_threads(1)
@@ -112,24 +122,25 @@ def test_hand_computed_beam2_lenpen1():
     lenpen 1: [a] = ln(.33)/2 = -0.554 beats [a a] = ln(.1485)/3 = -0.636.
     """
     model = markov(HAND, V=6)
-    nbest = beam_search_nbest(model, src_of(3), beam=2, lenpen=1.0)[0]
+    nbest = beam_search_nbest(model, src_of(3), DecodeOptions(beam=2, lenpen=1.0))[0]
     assert [h.tokens for h in nbest] == [[A], [A, A]]
     assert nbest[0].score == pytest.approx(math.log(0.33) / 2, abs=1e-6)
     assert nbest[1].score == pytest.approx(math.log(0.1485) / 3, abs=1e-6)
     assert nbest[1].lprob == pytest.approx(math.log(0.1485), abs=1e-6)
     assert nbest[1].positional_scores == pytest.approx([math.log(0.6), math.log(0.45), math.log(0.55)], abs=1e-6)
-    best = beam_search(model, src_of(3), beam=2, lenpen=1.0)[0]
+    best = beam_search(model, src_of(3), DecodeOptions(beam=2, lenpen=1.0))[0]
     assert best.tokens == [A]
 
 
 def test_hand_computed_length_penalty_changes_winner():
     """Same search, lenpen 2: [a] = ln(.33)/4 = -0.277 loses to [a a] = ln(.1485)/9 = -0.212."""
     model = markov(HAND, V=6)
-    best = beam_search(model, src_of(3), beam=2, lenpen=2.0)[0]
+    best = beam_search(model, src_of(3), DecodeOptions(beam=2, lenpen=2.0))[0]
     assert best.tokens == [A, A]
     assert best.score == pytest.approx(math.log(0.1485) / 9, abs=1e-6)
     # lenpen 0: raw log-probabilities, the short one wins
-    assert beam_search(model, src_of(3), beam=2, lenpen=0.0)[0].score == pytest.approx(math.log(0.33), abs=1e-6)
+    best = beam_search(model, src_of(3), DecodeOptions(beam=2, lenpen=0.0))[0]
+    assert best.score == pytest.approx(math.log(0.33), abs=1e-6)
 
 
 def test_eos_only_accepted_in_top_beam():
@@ -140,26 +151,27 @@ def test_eos_only_accepted_in_top_beam():
     step 2 = max_len: EOS forced -> [a a] with ln(.6 * .35 * .34).
     """
     model = markov({EOS: {A: 0.6, B: 0.4}, A: {A: 0.35, EOS: 0.34, B: 0.31}, B: {EOS: 1.0}}, V=6)
-    h = beam_search_nbest(model, src_of(3), beam=1, lenpen=1.0, max_len_b=2)[0]
+    h = beam_search_nbest(model, src_of(3), DecodeOptions(beam=1, lenpen=1.0, max_len_b=2))[0]
     assert [x.tokens for x in h] == [[A, A]]
     assert h[0].lprob == pytest.approx(math.log(0.6 * 0.35 * 0.34), abs=1e-6)
-    assert greedy(model, src_of(3), max_len_b=2) == [[A, A]]
+    assert greedy(model, src_of(3), DecodeOptions(max_len_b=2)) == [[A, A]]
 
 
 def test_max_len_forces_eos_and_min_len_bans_it():
     rarely_eos = markov({EOS: {A: 1.0}, A: {A: 0.9, EOS: 0.1}}, V=6)
-    out = translate(rarely_eos, [[7, 7, EOS], [7, EOS]], beam=1, max_len_a=0, max_len_b=4, progress=False)
+    seqs = [[7, 7, EOS], [7, EOS]]
+    out = translate(rarely_eos, seqs, DecodeOptions(beam=1, max_len_a=0, max_len_b=4), progress=False)
     assert out == [[A] * 4, [A] * 4]
     # max_len_a: a * src_len + b, src_len counting EOS
-    out = translate(rarely_eos, [[7, 7, EOS], [7, EOS]], beam=1, max_len_a=1, max_len_b=1, progress=False)
+    out = translate(rarely_eos, seqs, DecodeOptions(beam=1, max_len_a=1, max_len_b=1), progress=False)
     assert out == [[A] * 4, [A] * 3]
     # beam 2 (n-best): every finalized hypothesis respects the bound, the longest ends at the forced EOS
-    for n in beam_search_nbest(rarely_eos, src_of(3, 2), beam=2, max_len_b=4):
+    for n in beam_search_nbest(rarely_eos, src_of(3, 2), DecodeOptions(beam=2, max_len_b=4)):
         assert max(len(h.tokens) for h in n) <= 4
     # min length 1: EOS has probability 1 at step 0 but is banned, so one real token is produced
     eos_first = markov({EOS: {EOS: 0.99, B: 0.01}, B: {EOS: 1.0}}, V=6)
     assert greedy(eos_first, src_of(2)) == [[B]]
-    assert beam_search(eos_first, src_of(2), beam=2)[0].tokens == [B]
+    assert beam_search(eos_first, src_of(2), DecodeOptions(beam=2))[0].tokens == [B]
 
 
 def test_pad_never_generated():
@@ -168,16 +180,16 @@ def test_pad_never_generated():
     table[:, EOS] = 5.0
     model = TableModel(table)
     for beam in (1, 2, 4):
-        out = translate(model, [[7, EOS]], beam=beam, max_len_b=5, progress=False)[0]
+        out = translate(model, [[7, EOS]], DecodeOptions(beam=beam, max_len_b=5), progress=False)[0]
         assert PAD not in out
 
 
 def test_ties_are_broken_by_lowest_token_id():
     """A uniform distribution: every decision is a tie; the lowest id wins (BOS=0 first, PAD excluded)."""
     model = TableModel(torch.zeros(6, 6))
-    assert greedy(model, src_of(2), max_len_b=3) == [[BOS, BOS, BOS]]
-    a = beam_search(model, src_of(2, 3), beam=3, max_len_b=3)
-    b = beam_search(model, src_of(2, 3), beam=3, max_len_b=3)
+    assert greedy(model, src_of(2), DecodeOptions(max_len_b=3)) == [[BOS, BOS, BOS]]
+    a = beam_search(model, src_of(2, 3), DecodeOptions(beam=3, max_len_b=3))
+    b = beam_search(model, src_of(2, 3), DecodeOptions(beam=3, max_len_b=3))
     assert [h.tokens for h in a] == [h.tokens for h in b]
     assert a[0].tokens == [BOS]  # [<s>] then EOS, the first finalized among equal scores
 
@@ -189,8 +201,8 @@ def test_ties_are_broken_by_lowest_token_id():
 def test_beam1_equals_greedy_fake(seed):
     model = random_history_model(seed=seed)
     src = src_of(3, 5, 2, 4, 6)
-    g = greedy(model, src, max_len_b=12)
-    b = [h.tokens for h in beam_search(model, src, beam=1, max_len_b=12)]
+    g = greedy(model, src, DecodeOptions(max_len_b=12))
+    b = [h.tokens for h in beam_search(model, src, DecodeOptions(beam=1, max_len_b=12))]
     assert g == b
 
 
@@ -198,21 +210,29 @@ def test_beam1_equals_greedy_fake(seed):
 def test_cached_equals_uncached_fake(beam):
     model = random_history_model(seed=3, sharp=1.0)
     src = src_of(3, 5, 2, 4, 6, 3)
-    cached = beam_search_nbest(model, src, beam=beam, lenpen=1.2, max_len_b=10, cached=True)
-    uncached = beam_search_nbest(model, src, beam=beam, lenpen=1.2, max_len_b=10, cached=False)
+    cached = beam_search_nbest(model, src, DecodeOptions(beam=beam, lenpen=1.2, max_len_b=10, cached=True))
+    uncached = beam_search_nbest(model, src, DecodeOptions(beam=beam, lenpen=1.2, max_len_b=10, cached=False))
     assert [[h.tokens for h in n] for n in cached] == [[h.tokens for h in n] for n in uncached]
     for nc, nu in zip(cached, uncached):
         assert [h.score for h in nc] == pytest.approx([h.score for h in nu])
-    assert greedy(model, src, cached=True) == greedy(model, src, cached=False)
+    assert greedy(model, src, DecodeOptions(cached=True)) == greedy(model, src, DecodeOptions(cached=False))
 
 
 def test_batched_equals_one_by_one_and_order_kept():
     model = random_history_model(seed=4, sharp=1.0)
     seqs = [[6 + (i % 3)] * (1 + (i * 7) % 5) + [EOS] for i in range(9)]
-    one = [beam_search(model, pad_batch([s]), beam=3, lenpen=1.2, max_len_b=8)[0].tokens for s in seqs]
+    opts = DecodeOptions(beam=3, lenpen=1.2, max_len_b=8)
+    one = [beam_search(model, pad_batch([s]), opts)[0].tokens for s in seqs]
     for max_tokens in (1, 7, 10_000):
-        out = translate(model, seqs, beam=3, lenpen=1.2, max_tokens=max_tokens, max_len_b=8, progress=False)
+        out = translate(model, seqs, dataclasses.replace(opts, max_tokens=max_tokens), progress=False)
         assert out == one
+
+
+def test_decode_options_reject_bad_values():
+    with pytest.raises(ValueError, match="precision"):
+        DecodeOptions(precision="fp16")
+    with pytest.raises(ValueError, match="beam"):
+        DecodeOptions(beam=0)
 
 
 def test_length_batches_bound_and_cover():
@@ -225,7 +245,7 @@ def test_length_batches_bound_and_cover():
 
 def test_best_hypothesis_has_highest_normalized_score():
     model = random_history_model(seed=5, sharp=0.5)
-    for n in beam_search_nbest(model, src_of(3, 4), beam=4, lenpen=1.2, max_len_b=10):
+    for n in beam_search_nbest(model, src_of(3, 4), DecodeOptions(beam=4, lenpen=1.2, max_len_b=10)):
         assert len(n) == 4
         assert n[0].score == max(h.score for h in n)
         for h in n:
@@ -237,11 +257,10 @@ def test_best_hypothesis_has_highest_normalized_score():
 
 
 def _tiny_model(norm: str):
-    model_mod = pytest.importorskip("lnrepro.model")
     torch.manual_seed(0)
-    cfg = model_mod.ModelConfig(vocab_size=23, encoder_layers=2, decoder_layers=2, d_model=16, heads=2,
-                                ffn_dim=32, dropout=0.0, norm=norm)
-    m = model_mod.Transformer(cfg).eval()
+    cfg = ModelConfig(vocab_size=23, encoder_layers=2, decoder_layers=2, d_model=16, heads=2,
+                      ffn_dim=32, dropout=0.0, norm=norm)
+    m = Transformer(cfg).eval()
     # random init gives near-uniform outputs; sharpen them so beams differ and EOS happens
     with torch.no_grad():
         for p in m.parameters():
@@ -258,23 +277,24 @@ def _real_src():
 def test_real_model_cached_equals_uncached(norm):
     m = _tiny_model(norm)
     src = _real_src()
-    a = beam_search_nbest(m, src, beam=3, lenpen=1.2, max_len_b=12, cached=True)
-    b = beam_search_nbest(m, src, beam=3, lenpen=1.2, max_len_b=12, cached=False)
+    a = beam_search_nbest(m, src, DecodeOptions(beam=3, lenpen=1.2, max_len_b=12, cached=True))
+    b = beam_search_nbest(m, src, DecodeOptions(beam=3, lenpen=1.2, max_len_b=12, cached=False))
     assert [[h.tokens for h in n] for n in a] == [[h.tokens for h in n] for n in b]
     for na, nb in zip(a, b):
         assert [h.score for h in na] == pytest.approx([h.score for h in nb], abs=1e-4)
-    assert greedy(m, src, max_len_b=12, cached=True) == greedy(m, src, max_len_b=12, cached=False)
+    assert greedy(m, src, DecodeOptions(max_len_b=12)) == greedy(m, src, DecodeOptions(max_len_b=12, cached=False))
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_real_model_beam1_equals_greedy(norm):
     m = _tiny_model(norm)
     src = _real_src()
-    assert greedy(m, src, max_len_b=12) == [h.tokens for h in beam_search(m, src, beam=1, max_len_b=12)]
+    opts = DecodeOptions(beam=1, max_len_b=12)
+    assert greedy(m, src, opts) == [h.tokens for h in beam_search(m, src, opts)]
 
 
 def test_real_model_bf16_translate_runs():
     m = _tiny_model("pre")
     seqs = [[5, 6, 7, EOS], [8, EOS], [9, 10, EOS]]
-    out = translate(m, seqs, beam=2, max_len_b=6, precision="bf16", progress=False)
+    out = translate(m, seqs, DecodeOptions(beam=2, max_len_b=6, precision="bf16"), progress=False)
     assert len(out) == 3 and all(1 <= len(o) <= 6 and EOS not in o and PAD not in o for o in out)

@@ -1,10 +1,11 @@
 """Evaluation: fairseq-0.9.0-style beam search with the KV cache, both BLEU kinds, per-checkpoint scoring."""
 
 from .bleu import BleuResult, detok_sacrebleu, detokenize, ids_to_text, load_spm, tokenized_bleu
-from .search import Hyp, beam_search, beam_search_nbest, greedy, translate
+from .search import DecodeOptions, Hyp, beam_search, beam_search_nbest, greedy, translate
 
 __all__ = [
     "BleuResult",
+    "DecodeOptions",
     "Hyp",
     "beam_search",
     "beam_search_nbest",

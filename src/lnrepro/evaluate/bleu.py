@@ -1,4 +1,4 @@
-"""The two BLEU scores every checkpoint gets (issue 5), with sacrebleu 2.x's ``BLEU`` class.
+"""The two BLEU scores every checkpoint gets, with sacrebleu 2.x's ``BLEU`` class.
 
 * **Tokenized BLEU** (the paper's and fairseq's number): hypotheses decoded from BPE back to the prepared
   text (Moses-tokenized, lowercased) against the prepared references, ``tokenize='none'``: BLEU-4 on the

@@ -1,13 +1,14 @@
 """Score one checkpoint: validation loss, beam search, tokenized BLEU and sacreBLEU for every listed split.
 
-``score_checkpoint`` is the ``score_checkpoint`` rule's job (design.md, issue 5). It reads one epoch
-manifest and ``eval.json`` and writes ``eval/epochNNN.json`` plus ``eval/epochNNN.{split}.hyp``
+``score_checkpoint`` is the ``score_checkpoint`` rule's job. It reads one epoch manifest and ``eval.json``
+(``lnrepro.config.EvalSettings``, validated when the config was loaded) and writes ``eval/epochNNN.json`` plus ``eval/epochNNN.{split}.hyp``
 (the tokenized, lowercased hypotheses, one per source line, in input order: the text tokenized BLEU
 scores; sacreBLEU scores their Moses-detokenized form). Fields: docs/outputs.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -15,43 +16,23 @@ from typing import Any
 
 import torch
 
+from ..config import EvalSettings
 from ..errors import LnReproError
 from ..io import atomic_write_json, atomic_write_lines, cpu_name, file_sha256, read_json, read_lines, where_ran
 from ..vocab import PAD
 from .bleu import detok_sacrebleu, ids_to_text, load_spm, tokenized_bleu
-from .search import length_batches, translate
+from .search import DecodeOptions, length_batches, translate
 
-__all__ = ["score_checkpoint", "validation_loss", "read_eval_config", "EVAL_KEYS"]
+__all__ = ["score_checkpoint", "validation_loss", "decode_options"]
 
 LN2 = math.log(2.0)
 _LINE_BREAKS = {ord(c): " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
 
-# key -> (accepted types, check, what is expected); every key is required (the config's eval section)
-EVAL_KEYS: dict[str, tuple[tuple[type, ...], Any, str]] = {
-    "beam": ((int,), lambda v: v >= 1, "an integer >= 1"),
-    "lenpen": ((int, float), lambda v: math.isfinite(v), "a number"),
-    "splits": ((list,), lambda v: len(v) > 0 and all(s in ("train", "valid", "test") for s in v),
-               "a non-empty list of 'train', 'valid', 'test'"),
-    "max_len_a": ((int, float), lambda v: v >= 0, "a number >= 0"),
-    "max_len_b": ((int,), lambda v: v >= 1, "an integer >= 1"),
-    "max_tokens": ((int,), lambda v: v >= 1, "an integer >= 1"),
-    "precision": ((str,), lambda v: v in ("fp32", "bf16"), "'fp32' or 'bf16'"),
-    "label_smoothing": ((int, float), lambda v: 0 <= v < 1, "a number in [0, 1)"),
-}
 
-
-def read_eval_config(path: Path) -> dict:
-    """Read and check eval.json; a missing or malformed key is an LnReproError naming it."""
-    cfg = read_json(path)
-    if not isinstance(cfg, dict):
-        raise LnReproError(f"{path}: expected a JSON object with keys {sorted(EVAL_KEYS)}")
-    for key, (types, check, expected) in EVAL_KEYS.items():
-        if key not in cfg:
-            raise LnReproError(f"{path}: missing key '{key}' (expected {expected})")
-        v = cfg[key]
-        if isinstance(v, bool) or not isinstance(v, types) or not check(v):
-            raise LnReproError(f"{path}: key '{key}' = {v!r}; expected {expected}")
-    return cfg
+def decode_options(settings: EvalSettings) -> DecodeOptions:
+    """The decoder's options for eval.json's settings; min_len, unk_penalty and the cache keep fairseq's defaults."""
+    return DecodeOptions(beam=settings.beam, lenpen=settings.lenpen, max_len_a=settings.max_len_a,
+                         max_len_b=settings.max_len_b, max_tokens=settings.max_tokens, precision=settings.precision)
 
 
 def _read_manifest(manifest: Path) -> dict:
@@ -121,13 +102,12 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
     manifest, eval_json, bpe_dir, prepared_dir, out_json = map(Path, (manifest, eval_json, bpe_dir, prepared_dir,
                                                                      out_json))
     torch.set_num_threads(max(1, int(threads)))
-    cfg = read_eval_config(eval_json)
+    settings = EvalSettings.read(eval_json)
+    opts = decode_options(settings)
     m = _read_manifest(manifest)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    splits: list[str] = list(cfg["splits"])
-    decode = {k: cfg[k] for k in ("beam", "lenpen", "max_len_a", "max_len_b", "max_tokens", "precision")}
-    decode.update(min_len=1, unk_penalty=0.0, cached=True, label_smoothing=cfg["label_smoothing"])
+    splits = list(settings.splits)
     result: dict[str, Any] = {
         "epoch": int(m["epoch"]),
         "status": m["status"],
@@ -137,7 +117,7 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
         "weights": m.get("weights"),
         "weights_sha256": m.get("sha256"),
         "manifest": str(manifest),
-        "decode": decode,
+        "decode": {**dataclasses.asdict(opts), "label_smoothing": settings.label_smoothing},
         "threads": int(threads),
         "torch": torch.__version__,
         "where_ran": where_ran(dev_name),
@@ -158,7 +138,7 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
     weights = _weights_path(manifest, m)
     sp = load_spm(bpe_dir / "spm.model")
     model = load_model(weights, device=device)
-    result["model_config"] = dict(vars(model.cfg)) if hasattr(model, "cfg") else None
+    result["model_config"] = dataclasses.asdict(model.cfg)
 
     per_split: dict[str, Any] = {}
     hyp_lines: dict[str, list[str]] = {}
@@ -175,15 +155,11 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
             raise LnReproError(f"split '{split}': line counts differ or are zero: "
                                + ", ".join(f"{p}={n}" for p, n in counts.items()))
 
-        losses = validation_loss(model, src, tgt, float(cfg["label_smoothing"]), int(cfg["max_tokens"]),
-                                 cfg["precision"])
+        losses = validation_loss(model, src, tgt, settings.label_smoothing, opts.max_tokens, opts.precision)
         if device.type == "cuda":
             torch.cuda.synchronize()
         td = time.perf_counter()
-        out_ids = translate(model, src, beam=int(cfg["beam"]), lenpen=float(cfg["lenpen"]),
-                            max_tokens=int(cfg["max_tokens"]), max_len_a=cfg["max_len_a"],
-                            max_len_b=int(cfg["max_len_b"]), precision=cfg["precision"],
-                            desc=f"epoch{int(m['epoch']):03d} {split}")
+        out_ids = translate(model, src, opts, desc=f"epoch{int(m['epoch']):03d} {split}")
         if device.type == "cuda":
             torch.cuda.synchronize()
         decode_s = time.perf_counter() - td
