@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from ..config.settings import Experiment  # noqa: E402
 from ..io import atomic_write_bytes  # noqa: E402
 from ..norms import NORMS  # noqa: E402
 from . import FIGURES  # noqa: E402
@@ -46,12 +47,12 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     return Path(path)
 
 
-def run_styles(runs: list[str], experiment: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+def run_styles(runs: list[str], experiment: Experiment | None = None) -> dict[str, dict[str, Any]]:
     """Colour per run (by order) and line style per norm position (the run's resolved model.norm)."""
     cmap = plt.get_cmap("tab10")
     styles = {}
     for i, run in enumerate(runs):
-        norm = (((experiment or {}).get("runs") or {}).get(run) or {}).get("model", {}).get("norm")
+        norm = experiment.runs[run].model.norm if experiment is not None else None
         styles[run] = {"color": cmap(i % 10), "linestyle": norm_style(norm)["linestyle"]}
     return styles
 
@@ -216,15 +217,13 @@ def plot_gradinit(gradinit: pd.DataFrame, out: Path) -> Path:
                             title="gradient norm at initialization (mean over seeds; band: seed min/max)")
 
 
-def make_figures(agg: Any, experiment: dict[str, Any], fig_dir: Path,
+def make_figures(agg: Any, experiment: Experiment, fig_dir: Path,
                  gradinit: pd.DataFrame | None = None) -> dict[str, Path]:
     """Draw every figure the report links; returns key -> path (keys of FIGURES)."""
-    from .aggregate import splits_of  # local: keeps plots importable on its own
-
     fig_dir = Path(fig_dir)
-    styles = run_styles(list(experiment["select"]), experiment)
+    styles = run_styles(list(experiment.select), experiment)
     split = agg.split
-    splits = splits_of(experiment)
+    splits = list(experiment.eval.splits)
     out = {
         "loss_epoch": plot_curves(agg.run_epochs, f"{split}_loss_base2", fig_dir / FIGURES["loss_epoch"],
                                   ylabel=f"{split} loss (base 2, label-smoothed)", styles=styles,
