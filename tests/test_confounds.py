@@ -1,4 +1,5 @@
-"""Confound detection on a fabricated experiment (no results tree needed)."""
+"""Confound detection on hand-made run sets whose verdicts are known (no results tree needed, except for
+``execution_facts``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lnrepro import config
+from lnrepro.analysis.aggregate import execution_facts
 from lnrepro.analysis.confounds import (
     analyze_confounds,
     confounds_markdown,
@@ -20,49 +23,211 @@ from lnrepro.errors import LnReproError
 
 REPO = Path(__file__).resolve().parents[1]
 
-DEFAULTS = {
-    "data": {"dataset": "synthetic", "synthetic": {"seed": 1234, "train": 200}},
-    "bpe": {"vocab_size": 64, "character_coverage": 1.0, "seed": 1},
+BASE = {
     "model": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 16, "heads": 2, "ffn_dim": 32,
               "dropout": 0.1, "norm": "post"},
     "optim": {"lr_max": 5e-4, "betas": [0.9, 0.98], "label_smoothing": 0.1},
-    "schedule": {"warmup": True, "decay": "isqrt", "warmup_updates": 40, "anchor_updates": 40,
-                 "decay_epochs": [3], "decay_factor": 0.1},
-    "train": {"epochs": 3, "max_tokens": 256},
+    "schedule": {"warmup": True, "decay": "isqrt", "warmup_updates": 4000, "anchor_updates": 4000,
+                 "decay_epochs": [8], "decay_factor": 0.1},
+    "train": {"epochs": 20, "max_tokens": 4096, "precision": "fp32", "max_updates": 0},
 }
-CELLS = {
-    f"{n}ln_{'warmup' if w else 'nowarmup'}_{'isqrt' if d == 'isqrt' else 'step8'}": (n, w, d)
-    for n in ("post", "pre") for w in (True, False) for d in ("isqrt", "step")
-}
+# The factorial's cells, named as in config.yaml.
+CELLS = {f"{n}ln_{'warmup' if w else 'nowarmup'}_{'isqrt' if d == 'isqrt' else 'step8'}": (n, w, d)
+         for n in ("post", "pre") for w in (True, False) for d in ("isqrt", "step")}
+# config.yaml's comparisons: figure4 and the 12 single-factor ones (their runs and factors).
+FACTORIAL = yaml.safe_load((REPO / "config.yaml").read_text())["comparisons"]
+FACTS = {"seeds": [1, 2, 3], "device": "NVIDIA H200", "precision": "fp32", "torch": "2.4.0", "threads": "4"}
 
 
-def resolved(run: str) -> dict:
-    norm, warm, decay = CELLS[run]
-    cfg = copy.deepcopy(DEFAULTS)
-    cfg["model"]["norm"], cfg["schedule"]["warmup"], cfg["schedule"]["decay"] = norm, warm, decay
+def cell(name: str, *, inert_differ: bool = True) -> dict:
+    """A resolved config of one cell. With ``inert_differ``, every setting the cell's schedule does not read
+    takes another value than in the cells that read it (as a config.json that drops unused settings would
+    differ): such differences must never count."""
+    norm, warmup, decay = CELLS[name]
+    cfg = copy.deepcopy(BASE)
+    cfg["model"]["norm"] = norm
+    cfg["schedule"].update(warmup=warmup, decay=decay)
+    if inert_differ:
+        if not warmup:
+            cfg["schedule"]["warmup_updates"] = 1
+        if decay != "step":
+            cfg["schedule"].update(decay_epochs=[], decay_factor=1.0)
+        if decay != "isqrt":
+            cfg["schedule"]["anchor_updates"] = 1
     return cfg
 
 
-def experiment(select: list[str]) -> dict:
-    return {
-        "name": "fake", "select": select, "seeds": [1],
-        "runs": {r: resolved(r) for r in select},
-        "comparisons": {
-            "figure4": {"runs": ["postln_warmup_isqrt", "preln_nowarmup_step8"], "factor": "norm", "claim": "fig 4"},
-            "norm_warmup_isqrt": {"runs": ["postln_warmup_isqrt", "preln_warmup_isqrt"], "factor": "norm", "claim": "n"},
-            "warmup_postln_isqrt": {"runs": ["postln_nowarmup_isqrt", "postln_warmup_isqrt"], "factor": "warmup",
-                                    "claim": "w"},
-            "decay_preln_warmup": {"runs": ["preln_warmup_isqrt", "preln_warmup_step8"], "factor": "decay", "claim": "d"},
-        },
-    }
+def experiment(comparisons: dict | None = None, runs: dict | None = None, select: list[str] | None = None,
+               seeds: list[int] | None = None) -> dict:
+    """experiment.json's dict: the eight cells (plus ``runs``), all selected unless ``select`` says."""
+    all_runs = {**{r: cell(r) for r in CELLS}, **(runs or {})}
+    return {"name": "fake", "select": list(all_runs) if select is None else select, "seeds": seeds or [1, 2, 3],
+            "runs": all_runs, "comparisons": FACTORIAL if comparisons is None else comparisons}
 
 
-DEMO = ["postln_warmup_isqrt", "preln_nowarmup_step8", "postln_nowarmup_isqrt", "preln_warmup_isqrt",
-        "preln_nowarmup_isqrt"]
+def execution(exp: dict, **changes: dict) -> dict:
+    """Every run ran alike (FACTS), except the facts ``changes`` gives per run."""
+    return {r: {**FACTS, **changes.get(r, {})} for r in exp["runs"]}
 
 
-def by_name(result: dict) -> dict:
-    return {c["name"]: c for c in result["comparisons"]}
+def verdicts(result: dict) -> dict[str, tuple]:
+    """name -> (verdict, confounds, execution_confounds, notes)."""
+    return {c["name"]: (c["verdict"], c["confounds"], c["execution_confounds"], c["notes"])
+            for c in result["comparisons"]}
+
+
+CONTROLLED = ("controlled", [], [], [])
+# The factorial as config.yaml compares it, every run alike: written out by hand.
+FACTORIAL_EXPECTED = {
+    "figure4": ("confounded", ["schedule.decay", "schedule.warmup"], [], []),
+    "norm_warmup_isqrt": CONTROLLED, "norm_warmup_step8": CONTROLLED,
+    "norm_nowarmup_isqrt": CONTROLLED, "norm_nowarmup_step8": CONTROLLED,
+    "warmup_postln_isqrt": CONTROLLED, "warmup_postln_step8": CONTROLLED,
+    "warmup_preln_isqrt": CONTROLLED, "warmup_preln_step8": CONTROLLED,
+    "decay_postln_warmup": CONTROLLED, "decay_postln_nowarmup": CONTROLLED,
+    "decay_preln_warmup": CONTROLLED, "decay_preln_nowarmup": CONTROLLED,
+}
+
+
+def test_factorial_of_config_yaml():
+    """12 single-factor comparisons controlled; figure4 confounded by warm-up and decay only: the decay epochs,
+    factor, anchor and warm-up length differ too, but each is inert in one of the two runs."""
+    exp = experiment()
+    assert verdicts(analyze_confounds(exp, execution(exp))) == FACTORIAL_EXPECTED
+    f4 = flatten(exp["runs"]["postln_warmup_isqrt"]), flatten(exp["runs"]["preln_nowarmup_step8"])
+    assert {k for k in f4[0] if f4[0][k] != f4[1][k]} == {  # what differs before the inert keys are left out
+        "model.norm", "schedule.warmup", "schedule.decay", "schedule.warmup_updates", "schedule.anchor_updates",
+        "schedule.decay_epochs", "schedule.decay_factor"}
+
+
+def test_figure4_sentence_names_the_separating_comparisons():
+    exp = experiment()
+    c = {c["name"]: c for c in analyze_confounds(exp, execution(exp))["comparisons"]}
+    assert c["figure4"]["sentence"] == (
+        "figure4 is confounded by schedule.decay and schedule.warmup, which differ between postln_warmup_isqrt and "
+        "preln_nowarmup_step8 as well as model.norm; the controlled comparisons that separate them vary model.norm "
+        "alone (norm_warmup_isqrt, norm_warmup_step8, norm_nowarmup_isqrt, norm_nowarmup_step8), schedule.decay "
+        "alone (decay_postln_warmup, decay_postln_nowarmup, decay_preln_warmup, decay_preln_nowarmup) and "
+        "schedule.warmup alone (warmup_postln_isqrt, warmup_postln_step8, warmup_preln_isqrt, warmup_preln_step8).")
+    assert c["norm_warmup_isqrt"]["sentence"] == (
+        "norm_warmup_isqrt is controlled: only model.norm differs between postln_warmup_isqrt and preln_warmup_isqrt.")
+    assert c["figure4"]["factor_values"] == {"postln_warmup_isqrt": "post", "preln_nowarmup_step8": "pre"}
+    assert c["figure4"]["confound_values"]["schedule.warmup"] == {"postln_warmup_isqrt": True,
+                                                                  "preln_nowarmup_step8": False}
+
+
+def test_sentence_when_a_separating_comparison_is_not_selected():
+    exp = experiment(comparisons={k: FACTORIAL[k] for k in ("figure4", "norm_warmup_isqrt")})
+    s = analyze_confounds(exp, execution(exp))["comparisons"][0]["sentence"]
+    assert s.endswith("vary model.norm alone (norm_warmup_isqrt), schedule.decay alone (none selected) and "
+                      "schedule.warmup alone (none selected).")
+
+
+# Each case: execution changes (run -> facts), extra runs, comparisons, and the verdicts written by hand.
+PAIR = {"runs": ["postln_warmup_isqrt", "preln_warmup_isqrt"], "factor": "norm", "claim": ""}
+BF16 = cell("preln_warmup_isqrt")
+BF16["train"]["precision"] = "bf16"
+LR_SMALL = copy.deepcopy(BASE)
+LR_SMALL["optim"]["lr_max"] = 1e-4
+LR_SMALL_NOWARM = copy.deepcopy(LR_SMALL)
+LR_SMALL_NOWARM["schedule"].update(warmup=False, warmup_updates=1)
+ISQRT_EPOCHS = copy.deepcopy(BASE)  # isqrt: decay_epochs inert
+ISQRT_EPOCHS["schedule"]["decay_epochs"] = [3]
+STEP = cell("postln_warmup_step8")
+STEP_EPOCHS = copy.deepcopy(STEP)
+STEP_EPOCHS["schedule"]["decay_epochs"] = [3]
+NOWARM_LONG = cell("preln_nowarmup_isqrt")  # warm-up off: warmup_updates inert
+NOWARM_LONG["schedule"]["warmup_updates"] = 8000
+CASES = {
+    "unequal seed sets": (
+        {"preln_warmup_isqrt": {"seeds": [1, 2]}}, {}, {"pair": PAIR},
+        {"pair": ("confounded", [], ["seeds"], [])}),
+    "different devices": (
+        {"preln_warmup_isqrt": {"device": "Intel Xeon"}}, {}, {"pair": PAIR},
+        {"pair": ("confounded", [], ["device"], [])}),
+    "different torch versions": (
+        {"preln_warmup_isqrt": {"torch": "2.5.1"}}, {}, {"pair": PAIR},
+        {"pair": ("confounded", [], ["torch"], [])}),
+    "different thread counts": (
+        {"preln_warmup_isqrt": {"threads": "8"}}, {}, {"pair": PAIR},
+        {"pair": ("confounded", [], ["threads"], [])}),
+    "unknown fact is no difference": (
+        {"preln_warmup_isqrt": {"torch": ""}}, {}, {"pair": PAIR},
+        {"pair": CONTROLLED}),
+    "device and seeds at once": (
+        {"preln_warmup_isqrt": {"device": "Intel Xeon", "seeds": [1]}}, {}, {"pair": PAIR},
+        {"pair": ("confounded", [], ["seeds", "device"], ["no spread: one seed"])}),
+    "precision as config key and fact (listed once)": (
+        {"bf16": {"precision": "bf16"}}, {"bf16": BF16},
+        {"p": {"runs": ["postln_warmup_isqrt", "bf16"], "factor": "norm", "claim": ""},
+         "p_factor": {"runs": ["preln_warmup_isqrt", "bf16"], "factor": "train.precision", "claim": ""}},
+        {"p": ("confounded", ["train.precision"], [], []), "p_factor": CONTROLLED}),
+    "precision as fact only": (
+        {"preln_warmup_isqrt": {"precision": "bf16"}}, {}, {"pair": PAIR},
+        {"pair": ("confounded", [], ["precision"], [])}),
+    "one seed (a note)": (
+        {r: {"seeds": [1]} for r in CELLS}, {}, {"pair": PAIR},
+        {"pair": ("controlled", [], [], ["no spread: one seed"])}),
+    "no seed trained yet": (
+        {r: {"seeds": []} for r in CELLS}, {}, {"pair": PAIR},
+        {"pair": ("controlled", [], [], ["no seed trained yet"])}),
+    "factor does not vary": (
+        {}, {}, {"bad": {**PAIR, "factor": "warmup"}},
+        {"bad": ("factor does not vary", ["model.norm"], [], [])}),
+    "unselected run (skipped)": (
+        {}, {"extra": BASE}, {"s": {"runs": ["postln_warmup_isqrt", "extra"], "factor": "norm", "claim": ""}},
+        {"s": ("skipped", [], [], [])}),
+    "dotted-key factor": (
+        {}, {"lr_small": LR_SMALL, "lr_small_nowarm": LR_SMALL_NOWARM},
+        {"lr": {"runs": ["postln_warmup_isqrt", "lr_small"], "factor": "optim.lr_max", "claim": ""},
+         "lr_warm": {"runs": ["postln_warmup_isqrt", "lr_small_nowarm"], "factor": "optim.lr_max", "claim": ""}},
+        {"lr": CONTROLLED, "lr_warm": ("confounded", ["schedule.warmup"], [], [])}),
+    "isqrt runs differing only in decay_epochs": (
+        {}, {"isqrt_epochs": ISQRT_EPOCHS},
+        {"decay": {"runs": ["postln_warmup_isqrt", "isqrt_epochs"], "factor": "decay", "claim": ""},
+         "epochs": {"runs": ["postln_warmup_isqrt", "isqrt_epochs"], "factor": "schedule.decay_epochs", "claim": ""},
+         "norm": {"runs": ["preln_warmup_isqrt", "isqrt_epochs"], "factor": "norm", "claim": ""}},
+        {"decay": ("factor does not vary", [], [], []), "epochs": ("factor does not vary", [], [], []),
+         "norm": CONTROLLED}),
+    "step runs differing in decay_epochs": (
+        {}, {"step": STEP, "step_epochs": STEP_EPOCHS},
+        {"epochs": {"runs": ["step", "step_epochs"], "factor": "schedule.decay_epochs", "claim": ""}},
+        {"epochs": CONTROLLED}),
+    "warm-up off in both, warmup_updates differ": (
+        {}, {"nowarm_long": NOWARM_LONG},
+        {"norm": {"runs": ["postln_nowarmup_isqrt", "nowarm_long"], "factor": "norm", "claim": ""}},
+        {"norm": CONTROLLED}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_known_verdicts(case):
+    facts, runs, comparisons, expected = CASES[case]
+    exp = experiment(comparisons, runs, select=[*CELLS, *(r for r in runs if r != "extra")])
+    assert verdicts(analyze_confounds(exp, execution(exp, **facts))) == expected
+
+
+def test_reasons_and_sentences_of_the_other_verdicts():
+    exp = experiment({"bad": {**PAIR, "factor": "warmup"},
+                      "s": {"runs": ["postln_warmup_isqrt", "extra"], "factor": "norm", "claim": ""},
+                      "dev": FACTORIAL["norm_warmup_step8"]}, {"extra": BASE}, select=list(CELLS))
+    result = analyze_confounds(exp, execution(exp, preln_warmup_step8={"device": "Intel Xeon"}))
+    c = {c["name"]: c for c in result["comparisons"]}
+    assert c["s"]["reason"] == "runs not selected: extra" and result["skipped"] == ["s"]
+    assert c["s"]["sentence"] == "s is skipped: runs not selected: extra."
+    assert c["bad"]["sentence"] == ("bad cannot test its claim: schedule.warmup has the same value, True, in "
+                                    "postln_warmup_isqrt and preln_warmup_isqrt, while model.norm differs.")
+    assert c["dev"]["sentence"] == ("dev is confounded by the device, which differs between postln_warmup_step8 and "
+                                    "preln_warmup_step8 as well as model.norm.")
+    assert c["dev"]["execution_values"] == {"device": {"postln_warmup_step8": "NVIDIA H200",
+                                                       "preln_warmup_step8": "Intel Xeon"}}
+
+
+def test_without_execution_facts():
+    """Nothing known of where runs ran: no execution confounds; the experiment's seeds give the notes."""
+    assert verdicts(analyze_confounds(experiment())) == FACTORIAL_EXPECTED
+    one = verdicts(analyze_confounds(experiment({"pair": PAIR}, seeds=[1])))
+    assert one == {"pair": ("controlled", [], [], ["no spread: one seed"])}
 
 
 def test_flatten_and_differing_keys():
@@ -74,60 +239,50 @@ def test_flatten_and_differing_keys():
     assert differing_keys([a, c]) == ["model.heads", "schedule.decay_epochs"]  # absent counts as different
 
 
-def test_figure4_is_confounded_by_schedule():
-    res = by_name(analyze_confounds(experiment(DEMO)))
-    f4 = res["figure4"]
-    assert f4["factor_key"] == "model.norm"
-    assert f4["verdict"] == "confounded"
-    assert f4["confounds"] == ["schedule.decay", "schedule.warmup"]
-    assert f4["factor_values"] == {"postln_warmup_isqrt": "post", "preln_nowarmup_step8": "pre"}
+def test_bad_comparison_raises():
+    exp = experiment({"x": {**PAIR, "factor": "colour"}})
+    with pytest.raises(LnReproError, match="colour"):
+        analyze_confounds(exp)
 
 
-def test_single_factor_pairs_flag_nothing():
-    res = by_name(analyze_confounds(experiment(DEMO)))
-    for name, key in (("norm_warmup_isqrt", "model.norm"), ("warmup_postln_isqrt", "schedule.warmup")):
-        assert res[name]["verdict"] == "single-factor", name
-        assert res[name]["confounds"] == []
-        assert res[name]["factor_key"] == key
-
-
-def test_comparison_with_unselected_run_is_skipped():
-    result = analyze_confounds(experiment(DEMO))
-    res = by_name(result)
-    assert res["decay_preln_warmup"]["verdict"] == "skipped"
-    assert "preln_warmup_step8" in res["decay_preln_warmup"]["reason"]
-    assert result["skipped"] == ["decay_preln_warmup"]
-
-
-def test_factor_that_does_not_vary_is_reported():
-    exp = experiment(DEMO)
-    exp["comparisons"]["bad"] = {"runs": ["postln_warmup_isqrt", "preln_warmup_isqrt"], "factor": "warmup", "claim": ""}
-    c = by_name(analyze_confounds(exp))["bad"]
-    assert c["verdict"] == "factor does not vary"
-    assert c["confounds"] == ["model.norm"]
-
-
-def test_markdown_states_keys_and_time(tmp_path):
+def test_markdown_states_keys_facts_and_time(tmp_path):
+    exp = experiment({"figure4": FACTORIAL["figure4"], "pair": PAIR})
+    facts = execution(exp, preln_warmup_isqrt={"torch": "2.5.1"})
     out = tmp_path / "report" / "confounds.md"
-    result = write_confounds(experiment(DEMO), out)
+    result = write_confounds(exp, out, facts)
     md = out.read_text()
     assert md == confounds_markdown(result)
-    assert "figure4: factor model.norm; also differs: schedule.decay, schedule.warmup -> confounded." in md
-    assert "norm_warmup_isqrt: factor model.norm; also differs: nothing else -> single-factor." in md
-    assert "decay_preln_warmup: skipped" in md
+    assert md.splitlines()[4].split(" | ")[4:9] == [
+        "verdict", "also differs (confounds)", "execution confounds", "values", "notes"]
+    row = next(line for line in md.splitlines() if line.startswith("| pair |"))
+    assert "| confounded |  | torch | torch (postln_warmup_isqrt='2.4.0'; preln_warmup_isqrt='2.5.1') |" in row
+    assert f"- {result['comparisons'][0]['sentence']}" in md
     assert "not comparing time" in md
 
 
-def test_hardware_note_when_devices_differ():
-    res = analyze_confounds(experiment(DEMO), devices={"postln_warmup_isqrt": {"cpu A"}, "preln_nowarmup_step8": {"gpu B"}})
-    assert any(h.startswith("figure4:") for h in res["hardware_notes"])
-
-
-def test_bad_comparison_raises():
-    exp = experiment(DEMO)
-    exp["comparisons"]["x"] = {"runs": ["postln_warmup_isqrt", "preln_warmup_isqrt"], "factor": "colour"}
-    with pytest.raises(LnReproError, match="colour"):
-        analyze_confounds(exp)
+def test_execution_facts_from_the_results_tree(tmp_path):
+    """Seeds with a summary.json count as trained (diverged too); run.json gives the rest."""
+    exp = config.Experiment.from_dict({
+        **config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"])).to_dict(),
+        "seeds": [1, 2, 3]})
+    a, b = exp.select[:2]
+    ran = {(a, 1): {"device_name": "NVIDIA H200", "device": "cuda", "torch_version": "2.4.0", "threads": 4,
+                    "precision": "fp32"},
+           (a, 2): {"device_name": "NVIDIA A100", "device": "cuda", "torch_version": "2.4.0", "threads": 4,
+                    "precision": "fp32"},
+           (b, 1): {"device": "cpu", "threads": 2, "precision": "bf16"}}  # an older run.json: no name, no torch
+    for (run, seed), rj in ran.items():
+        rd = tmp_path / "runs" / run / f"seed{seed}"
+        rd.mkdir(parents=True)
+        (rd / "run.json").write_text(json.dumps(rj))
+        (rd / "summary.json").write_text(json.dumps({"diverged": {"update": 3} if seed == 2 else None}))
+    (tmp_path / "runs" / b / "seed3").mkdir(parents=True)  # started, not finished: not trained
+    facts = execution_facts(tmp_path, exp)
+    assert facts[a] == {"seeds": [1, 2], "device": "NVIDIA A100, NVIDIA H200", "precision": "fp32",
+                        "torch": "2.4.0", "threads": "4"}
+    assert facts[b] == {"seeds": [1], "device": "cpu", "precision": "bf16", "torch": "", "threads": "2"}
+    assert all(facts[r] == {"seeds": [], "device": "", "precision": "", "torch": "", "threads": ""}
+               for r in exp.select[2:])
 
 
 def test_typed_experiment_reads_as_its_json():
@@ -136,6 +291,6 @@ def test_typed_experiment_reads_as_its_json():
     exp["runs"]["preln_nowarmup_step8"]["schedule"]["decay_epochs"] = (3,)
     result = analyze_confounds(exp)
     assert result == analyze_confounds(json.loads(json.dumps(exp)))
-    f4 = by_name(result)["figure4"]
-    assert f4["confounds"] == ["schedule.decay", "schedule.decay_epochs", "schedule.warmup"]
-    assert f4["confound_values"]["schedule.decay_epochs"] == {"postln_warmup_isqrt": [4], "preln_nowarmup_step8": [3]}
+    f4 = next(c for c in result["comparisons"] if c["name"] == "figure4")
+    # decay_epochs differs too, but the isqrt run does not read it
+    assert f4["confounds"] == ["schedule.decay", "schedule.warmup"]

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from lnrepro.config import ScheduleSettings
+from lnrepro.config import ScheduleSettings, load_schema
 from lnrepro.errors import LnReproError
-from lnrepro.train.schedule import lr_at
+from lnrepro.train.schedule import DECAY_SETTINGS, inert_settings, lr_at, used_settings
 
 LR = 5e-4
 BASE = {"warmup_updates": 4000, "anchor_updates": 4000, "decay_epochs": [8], "decay_factor": 0.1}
@@ -72,3 +72,43 @@ def test_a_missing_schedule_key_is_named():
     with pytest.raises(LnReproError, match="missing key warmup"):
         ScheduleSettings.from_dict({"decay": "constant", "warmup_updates": 1, "anchor_updates": 1,
                                     "decay_epochs": [], "decay_factor": 0.1})
+
+
+# The declaration written out by hand: the settings each (warm-up, decay) reads besides the two switches.
+USED = {
+    (True, "isqrt"): {"warmup_updates", "anchor_updates"},
+    (True, "step"): {"warmup_updates", "decay_epochs", "decay_factor"},
+    (True, "constant"): {"warmup_updates"},
+    (False, "isqrt"): {"anchor_updates"},
+    (False, "step"): {"decay_epochs", "decay_factor"},
+    (False, "constant"): set(),
+}
+SWITCHED = {"warmup_updates", "anchor_updates", "decay_epochs", "decay_factor"}
+# A second value of each switched setting, different enough to move lr_at at some POINT if it is read.
+OTHER = {"warmup_updates": 1000, "anchor_updates": 1000, "decay_epochs": (3,), "decay_factor": 0.5}
+
+
+@pytest.mark.parametrize("warmup,decay", list(USED))
+def test_used_and_inert_settings(warmup, decay):
+    s = ScheduleSettings.from_dict({**BASE, "warmup": warmup, "decay": decay})
+    used = {f"schedule.{k}" for k in USED[warmup, decay] | {"warmup", "decay"}}
+    assert used_settings(s) == used
+    assert inert_settings(s) == {f"schedule.{k}" for k in SWITCHED - USED[warmup, decay]}
+    # a mapping (config.json, experiment.json) reads the same, even without its inert settings
+    assert used_settings({"warmup": warmup, "decay": decay}) == used_settings(s.to_dict()) == used
+
+
+@pytest.mark.parametrize("warmup,decay", list(USED))
+def test_declaration_matches_lr_at(warmup, decay):
+    """An inert setting never moves the learning rate; a used one does somewhere."""
+    s = ScheduleSettings.from_dict({**BASE, "warmup": warmup, "decay": decay})
+    for key, value in OTHER.items():
+        changed = dataclasses.replace(s, **{key: value})
+        moved = any(lr_at(t, ep, s, LR) != lr_at(t, ep, changed, LR) for t, ep in POINTS)
+        assert moved == (f"schedule.{key}" in used_settings(s)), key
+
+
+def test_every_decay_declares_its_settings():
+    assert set(DECAY_SETTINGS) == set(load_schema()["$defs"]["schedule"]["properties"]["decay"]["enum"])
+    with pytest.raises(LnReproError, match="cosine"):
+        used_settings({"warmup": True, "decay": "cosine"})

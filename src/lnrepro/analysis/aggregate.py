@@ -241,6 +241,28 @@ def wallclock_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame,
     return pd.DataFrame(rows)
 
 
+def execution_facts(exp_dir: Path, experiment: Experiment) -> dict[str, dict[str, Any]]:
+    """Per selected run, where it ran, as ``confounds.analyze_confounds`` compares it: ``seeds``, the seeds
+    trained (with a summary.json, diverged or not), and from their run.json ``device`` (device_name, else the
+    device type), ``precision``, ``torch`` (torch_version) and ``threads``, each as the distinct values over
+    the run's seeds joined by ", " ("" when no run.json says)."""
+    fields = {"device": ("device_name", "device"), "precision": ("precision",), "torch": ("torch_version",),
+              "threads": ("threads",)}
+    seeds: dict[str, list[int]] = {run: [] for run in experiment.select}
+    values: dict[str, dict[str, set[str]]] = {run: {name: set() for name in fields} for run in experiment.select}
+    for run, seed, rd in _run_seeds(exp_dir, experiment):
+        if not (rd / "summary.json").exists():
+            continue
+        seeds[run].append(seed)
+        rj = _read_optional_json(rd / "run.json") or {}
+        for name, keys in fields.items():
+            value = next((rj[k] for k in keys if rj.get(k) not in (None, "")), None)
+            if value is not None:
+                values[run][name].add(str(value))
+    return {run: {"seeds": seeds[run], **{name: ", ".join(sorted(v)) for name, v in values[run].items()}}
+            for run in experiment.select}
+
+
 def milestone_table(run_epochs: pd.DataFrame, split: str, frac: float = 0.95) -> pd.DataFrame:
     """Per run, from the seed means on ``split``: best tokenized BLEU, its epoch and wall-clock, and the
     first epoch (and training wall-clock) at which the run reaches ``frac`` x the best BLEU any run

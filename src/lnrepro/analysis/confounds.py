@@ -2,9 +2,12 @@
 
 A comparison (config ``comparisons``) names runs and the factor it studies. Its runs' resolved configs
 (experiment.json ``runs``) are flattened to dotted keys ("schedule.warmup"); every key whose value differs
-between the runs is either the studied factor's key or a confound. Figure 4 of Xiong et al. changes the
-norm position AND the schedule (warm-up, decay): the table says so. Checkpoints are not time either:
-the report always states it and plots against training wall-clock too.
+between the runs is either the studied factor's key or a confound, unless it is inert in one of the runs (a
+setting its schedule does not read, ``lnrepro.train.schedule.inert_settings``): then the switch that turns
+it on is what differs. Where the runs ran (``execution``: seeds trained, device, precision, torch version,
+threads) confounds a comparison too when it differs. Figure 4 of Xiong et al. changes the norm position AND
+the schedule (warm-up, decay): the table says so, and names the controlled comparisons that separate them.
+Checkpoints are not time either: the report always states it and plots against training wall-clock too.
 """
 
 from __future__ import annotations
@@ -16,9 +19,16 @@ from typing import Any
 from ..config.settings import FACTOR_KEYS
 from ..errors import LnReproError
 from ..io import atomic_write_text
+from ..train.schedule import inert_settings
 
 # Top-level keys that identify a run rather than configure it.
 IDENTITY_KEYS = {"run", "seed", "name"}
+
+# The execution facts of a run (``execution_facts`` in aggregate.py) and how a sentence names them.
+EXECUTION_FACTS: dict[str, str] = {"seeds": "the seeds trained", "device": "the device", "precision": "the precision",
+                                   "torch": "the torch version", "threads": "the thread count"}
+# An execution fact that repeats a config key: when the key is listed, the fact is not listed again.
+FACT_MIRRORS: dict[str, str] = {"precision": "train.precision"}
 
 TIME_NOTE = (
     "Comparing checkpoints is not comparing time: checkpoint k of every run is k epochs of updates, "
@@ -62,11 +72,11 @@ def factor_key(factor: str) -> str:
 
 @dataclass
 class ComparisonResult:
-    """One comparison's verdict.
+    """One comparison's verdict: 'controlled', 'confounded', 'factor does not vary' or 'skipped'.
 
-    verdict: 'single-factor' (only the studied key differs), 'confounded' (other keys differ too),
-    'factor does not vary' (the studied key is equal: the comparison cannot test its claim),
-    'skipped' (some run not selected; see reason)."""
+    controlled: only the studied key differs, and the runs ran alike; confounded: other keys or execution
+    facts differ too; factor does not vary: the studied key is equal or inert in a run (the comparison cannot
+    test its claim); skipped: some run not selected (see reason)."""
 
     name: str
     runs: list[str]
@@ -75,107 +85,182 @@ class ComparisonResult:
     claim: str
     verdict: str
     factor_values: dict[str, Any] = field(default_factory=dict)   # run -> value of the factor key
-    confounds: list[str] = field(default_factory=list)            # other differing keys
+    confounds: list[str] = field(default_factory=list)            # other differing config keys that can act
     confound_values: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> run -> value
+    execution_confounds: list[str] = field(default_factory=list)  # names of differing EXECUTION_FACTS
+    execution_values: dict[str, dict[str, Any]] = field(default_factory=dict)  # fact -> run -> value
+    notes: list[str] = field(default_factory=list)                # e.g. "no spread: one seed" (not confounds)
     reason: str = ""
-
-    def sentence(self) -> str:
-        if self.verdict == "skipped":
-            return f"{self.name}: skipped ({self.reason})."
-        also = ", ".join(self.confounds) if self.confounds else "nothing else"
-        return f"{self.name}: factor {self.factor_key}; also differs: {also} -> {self.verdict}."
+    sentence: str = ""
 
 
-def analyze_confounds(experiment: dict[str, Any], devices: dict[str, set[str]] | None = None) -> dict[str, Any]:
+def _and(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
+
+
+def _differ(items: list[str]) -> str:
+    """The verb for ``items`` as a subject: 'differs' for one, 'differ' for more."""
+    return "differs" if len(items) == 1 else "differ"
+
+
+def _differing_facts(runs: list[str], execution: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """fact -> run -> value for every execution fact that differs between ``runs``. Seed sets compare as sets
+    (an untrained run has none); a fact a run does not know ("" or absent, e.g. an older run.json) is not
+    evidence of a difference."""
+    out: dict[str, dict[str, Any]] = {}
+    for fact in EXECUTION_FACTS:
+        values = {r: execution.get(r, {}).get(fact) for r in runs}
+        if fact == "seeds":
+            values = {r: sorted(v or []) for r, v in values.items()}
+            distinct = {tuple(v) for v in values.values()}
+        else:
+            distinct = {str(v) for v in values.values() if v not in (None, "")}
+        if len(distinct) > 1:
+            out[fact] = values
+    return out
+
+
+def _seed_notes(runs: list[str], execution: dict[str, dict[str, Any]]) -> list[str]:
+    """What the seed counts allow: no spread from one seed, nothing yet from none."""
+    fewest = min(len(execution.get(r, {}).get("seeds") or []) for r in runs)
+    return ["no seed trained yet"] if fewest == 0 else ["no spread: one seed"] if fewest == 1 else []
+
+
+def _compare(res: ComparisonResult, cfgs: list[dict[str, Any]], execution: dict[str, dict[str, Any]]) -> None:
+    """Fill in ``res``'s differences and verdict from its runs' configs and execution facts."""
+    runs, fkey = res.runs, res.factor_key
+    flat = [flatten(c) for c in cfgs]
+    inert = set().union(*(inert_settings(c["schedule"]) for c in cfgs))
+    # a setting inert in any run cannot make the runs differ: the switch that turns it on does
+    acting = [k for k in differing_keys(cfgs) if k not in inert]
+    res.factor_values = {r: f.get(fkey) for r, f in zip(runs, flat)}
+    res.confounds = [k for k in acting if k != fkey]
+    res.confound_values = {k: {r: f.get(k) for r, f in zip(runs, flat)} for k in res.confounds}
+    listed = {fkey, *res.confounds}
+    facts = _differing_facts(runs, execution)
+    res.execution_values = {k: v for k, v in facts.items() if FACT_MIRRORS.get(k) not in listed}
+    res.execution_confounds = list(res.execution_values)
+    res.notes = _seed_notes(runs, execution)
+    if fkey not in acting:
+        res.verdict = "factor does not vary"
+    else:
+        res.verdict = "confounded" if res.confounds or res.execution_confounds else "controlled"
+
+
+def _sentence(res: ComparisonResult, controlled: dict[str, list[str]]) -> str:
+    """The plain-language verdict; a confounded one names the controlled comparisons (``controlled``: factor
+    key -> their names) that vary its factor and each confounding key alone."""
+    runs, fkey = _and(res.runs), res.factor_key
+    if res.verdict == "skipped":
+        return f"{res.name} is skipped: {res.reason}."
+    if res.verdict == "controlled":
+        return f"{res.name} is controlled: only {fkey} differs between {runs}."
+    what = res.confounds + [EXECUTION_FACTS[f] for f in res.execution_confounds]
+    if res.verdict == "factor does not vary":
+        values = list(res.factor_values.values())
+        how = (f"has the same value, {values[0]!r}, in {runs}" if all(v == values[0] for v in values)
+               else f"differs between {runs} but is inert (unused by the schedule) in at least one of them")
+        also = f", while {_and(what)} {_differ(what)}" if what else ""
+        return f"{res.name} cannot test its claim: {fkey} {how}{also}."
+    sentence = f"{res.name} is confounded by {_and(what)}, which {_differ(what)} between {runs} as well as {fkey}"
+    if res.confounds:
+        alone = [f"{k} alone ({', '.join(controlled[k])})" if controlled.get(k) else f"{k} alone (none selected)"
+                 for k in [fkey, *res.confounds]]
+        sentence += f"; the controlled comparisons that separate them vary {_and(alone)}"
+    return sentence + "."
+
+
+def analyze_confounds(experiment: dict[str, Any],
+                      execution: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Confound analysis of every comparison in ``experiment`` (experiment.json's dict, or
     ``Experiment.to_dict()``: its tuples count as the JSON lists).
 
-    ``devices`` (optional, run -> set of device names the run trained on, from run.json) adds a
-    hardware note when compared runs' wall-clocks come from different devices.
-    Returns {"comparisons": [ComparisonResult as dict], "skipped": [names], "time_note": str,
-    "hardware_notes": [str]}."""
+    ``execution`` (optional; run -> {"seeds": [int], "device", "precision", "torch", "threads": str}, as
+    ``aggregate.execution_facts`` reads them) adds the execution facts that differ as confounds; without it
+    the seeds are the experiment's. Returns {"comparisons": [ComparisonResult as dict], "skipped": [names],
+    "time_note": str}."""
     runs_cfg = experiment.get("runs") or {}
     selected = set(experiment.get("select") or [])
     comps = experiment.get("comparisons") or {}
     if not isinstance(comps, dict):
         raise LnReproError("experiment.json: 'comparisons' must be a mapping name -> {runs, factor, claim}")
+    if execution is None:  # nothing known of where they ran: every run has the experiment's seeds
+        execution = {r: {"seeds": list(experiment.get("seeds") or [])} for r in runs_cfg}
     results: list[ComparisonResult] = []
-    hardware: list[str] = []
     for name, comp in comps.items():
         if not isinstance(comp, dict) or not isinstance(comp.get("runs"), (list, tuple)) or "factor" not in comp:
             raise LnReproError(f"experiment.json: comparison '{name}' needs 'runs' (a list) and 'factor'")
         runs = [str(r) for r in comp["runs"]]
-        fkey = factor_key(str(comp["factor"]))
-        res = ComparisonResult(name=name, runs=runs, factor=str(comp["factor"]), factor_key=fkey,
+        factor = str(comp["factor"])
+        res = ComparisonResult(name=name, runs=runs, factor=factor, factor_key=factor_key(factor),
                                claim=str(comp.get("claim", "")), verdict="skipped")
         not_sel = [r for r in runs if r not in selected]
         no_cfg = [r for r in runs if r in selected and r not in runs_cfg]
         if not_sel or no_cfg or len(runs) < 2:
             res.reason = ("runs not selected: " + ", ".join(not_sel) if not_sel else
                           "no resolved config for: " + ", ".join(no_cfg) if no_cfg else "fewer than two runs")
-            results.append(res)
-            continue
-        cfgs = [runs_cfg[r] for r in runs]
-        diff = differing_keys(cfgs)
-        flat = [flatten(c) for c in cfgs]
-        res.factor_values = {r: f.get(fkey) for r, f in zip(runs, flat)}
-        res.confounds = [k for k in diff if k != fkey]
-        res.confound_values = {k: {r: f.get(k) for r, f in zip(runs, flat)} for k in res.confounds}
-        if fkey not in diff:
-            res.verdict = "factor does not vary"
         else:
-            res.verdict = "confounded" if res.confounds else "single-factor"
-        if devices:
-            devs = set().union(*(devices.get(r, set()) for r in runs)) - {""}
-            if len(devs) > 1:
-                hardware.append(f"{name}: wall-clock measured on different devices ({', '.join(sorted(devs))}); "
-                                "time comparisons are also confounded by hardware.")
+            _compare(res, [runs_cfg[r] for r in runs], execution)
         results.append(res)
+    controlled: dict[str, list[str]] = {}
+    for r in results:
+        if r.verdict == "controlled":
+            controlled.setdefault(r.factor_key, []).append(r.name)
+    for r in results:
+        r.sentence = _sentence(r, controlled)
     return {
         "comparisons": [asdict(r) for r in results],
         "skipped": [r.name for r in results if r.verdict == "skipped"],
-        "sentences": [r.sentence() for r in results],
         "time_note": TIME_NOTE,
-        "hardware_notes": hardware,
     }
-
-
-def _md_cell(x: Any) -> str:
-    return str(x).replace("|", "\\|").replace("\n", " ")
 
 
 def _fmt_values(values: dict[str, Any]) -> str:
     return "; ".join(f"{r}={v!r}" if isinstance(v, str) else f"{r}={v}" for r, v in values.items())
 
 
-def confounds_markdown(result: dict[str, Any]) -> str:
-    """Markdown: a table (comparison, runs, factor key, also differs, verdict, claim) and one sentence
-    per comparison, then the time note."""
-    lines = ["# Confounds", "",
-             "For each comparison: the resolved-config keys whose values differ between its runs, "
-             "split into the studied factor and everything else (the confounds).", "",
-             "| comparison | runs | factor | factor values | also differs | verdict | claim |",
-             "|---|---|---|---|---|---|---|"]
+def confounds_rows(result: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per comparison, as both the markdown and the report's table show it: verdict, the confounding
+    keys and execution facts, what each differing thing was per run, notes and claim."""
+    rows = []
     for c in result["comparisons"]:
-        if c["verdict"] == "skipped":
-            also, fv = "", ""
-        else:
-            also = "; ".join(f"{k} ({_fmt_values(c['confound_values'][k])})" for k in c["confounds"]) or "none"
-            fv = _fmt_values(c["factor_values"])
-        verdict = c["verdict"] + (f": {c['reason']}" if c["reason"] else "")
-        lines.append("| " + " | ".join(_md_cell(x) for x in
-                                         (c["name"], ", ".join(c["runs"]), c["factor_key"], fv, also, verdict, c["claim"])) + " |")
+        differ = {**c["confound_values"], **c["execution_values"]}
+        rows.append({
+            "comparison": c["name"], "runs": ", ".join(c["runs"]), "factor": c["factor_key"],
+            "factor values": _fmt_values(c["factor_values"]),
+            "verdict": c["verdict"] + (f": {c['reason']}" if c["reason"] else ""),
+            "also differs (confounds)": ", ".join(c["confounds"]),
+            "execution confounds": ", ".join(c["execution_confounds"]),
+            "values": "; ".join(f"{k} ({_fmt_values(v)})" for k, v in differ.items()),
+            "notes": "; ".join(c["notes"]), "claim": c["claim"],
+        })
+    return rows
+
+
+def _md_cell(x: Any) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def confounds_markdown(result: dict[str, Any]) -> str:
+    """Markdown: the table of ``confounds_rows`` and one sentence per comparison, then the time note."""
+    rows = confounds_rows(result)
+    cols = list(rows[0]) if rows else ["comparison"]
+    lines = ["# Confounds", "",
+             "For each comparison: the resolved-config keys whose values differ between its runs (settings "
+             "inert in a run left out), split into the studied factor and everything else (the confounds), "
+             "and the execution facts (seeds trained, device, precision, torch version, threads) that differ.", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_md_cell(row[k]) for k in cols) + " |" for row in rows]
     lines += ["", "## In words", ""]
-    lines += [f"- {s}" for s in result["sentences"]] or ["- No comparisons are configured."]
+    lines += [f"- {c['sentence']}" for c in result["comparisons"]] or ["- No comparisons are configured."]
     lines += ["", "## Checkpoints are not time", "", result["time_note"]]
-    if result.get("hardware_notes"):
-        lines += [""] + [f"- {h}" for h in result["hardware_notes"]]
     return "\n".join(lines) + "\n"
 
 
 def write_confounds(experiment: dict[str, Any], out_md: Path,
-                    devices: dict[str, set[str]] | None = None) -> dict[str, Any]:
+                    execution: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Analyze and write ``out_md`` (report/confounds.md) atomically; returns the structured result."""
-    result = analyze_confounds(experiment, devices)
+    result = analyze_confounds(experiment, execution)
     atomic_write_text(out_md, confounds_markdown(result))
     return result

@@ -26,7 +26,7 @@ from ..errors import LnReproError
 from ..io import atomic_write_text, where_ran
 from ..norms import NORMS
 from . import aggregate as ag
-from .confounds import differing_keys, flatten, write_confounds
+from .confounds import confounds_rows, differing_keys, flatten, write_confounds
 from .plots import make_figures, norm_style
 
 CSS = """
@@ -205,9 +205,7 @@ def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
     if gi is not None:
         tables["gradinit_summary"] = ag.write_csv(_gradinit_summary(gi), out_dir / "tables" / "gradinit_summary.csv")
     figures = make_figures(agg, experiment, out_dir / "figures", gi)
-    wc = agg.wallclock
-    devices = {r: set(wc.loc[wc["run"] == r, "device"].dropna().astype(str)) for r in experiment.select}
-    confounds = write_confounds(experiment.to_dict(), out_dir / "confounds.md", devices)
+    confounds = write_confounds(experiment.to_dict(), out_dir / "confounds.md", ag.execution_facts(exp_dir, experiment))
     return _Context(experiment, out_dir, agg, tables, figures, confounds, gi, gi_missing)
 
 
@@ -263,16 +261,10 @@ def _figure4(ctx: _Context) -> list[str]:
 
 def _confounds(ctx: _Context) -> list[str]:
     conf = ctx.confounds
-    table = pd.DataFrame([{
-        "comparison": c["name"], "runs": ", ".join(c["runs"]), "factor": c["factor_key"],
-        "also differs (confounds)": ", ".join(c["confounds"]) if c["verdict"] != "skipped" else "",
-        "verdict": c["verdict"] + (f": {c['reason']}" if c["reason"] else ""), "claim": c["claim"],
-    } for c in conf["comparisons"]])
     return [
-        _table(table, "confounds"),
-        _list(conf["sentences"]),
+        _table(pd.DataFrame(confounds_rows(conf)), "confounds"),
+        _list(c["sentence"] for c in conf["comparisons"]),
         f'<div class="note">{_esc(conf["time_note"])}</div>',
-        *(f'<p class="bad">{_esc(h)}</p>' for h in conf["hardware_notes"]),
         '<p>Also as markdown: <a href="confounds.md">confounds.md</a>.</p>',
     ]
 
