@@ -213,10 +213,10 @@ def test_sections_notes_confounds_deviations(report):
     conf = pd.DataFrame(p.tables["confounds"][1:], columns=p.tables["confounds"][0]).set_index("comparison")
     assert conf.loc["figure4", "verdict"] == "confounded"
     assert conf.loc["figure4", "also differs (confounds)"] == "schedule.decay, schedule.warmup"
-    assert conf.loc["norm_warmup_isqrt", "verdict"] == "single-factor"
+    assert conf.loc["norm_warmup_isqrt", "verdict"] == "controlled"
     assert conf.loc["decay_preln_warmup", "verdict"].startswith("skipped")
     md = (exp_dir / "report" / "confounds.md").read_text()
-    assert "figure4: factor model.norm; also differs: schedule.decay, schedule.warmup -> confounded." in md
+    assert "- figure4 is confounded by schedule.decay and schedule.warmup," in md
     assert "Post-LN solid, Pre-LN dashed." in text  # the figures' line style per registered norm variant
 
 
