@@ -9,21 +9,45 @@ from pathlib import Path
 import pandas as pd
 
 from conftest import REPO, DemoRun, snakemake
+from lnrepro.analysis import FIGURES
 
 DEMO_RUNS = ["postln_warmup_isqrt", "preln_nowarmup_step8", "postln_nowarmup_isqrt", "preln_warmup_isqrt", "preln_nowarmup_isqrt"]
 DEMO_EPOCHS = 6
 
 
+def _section(html: str, anchor: str) -> str:
+    """The report's HTML from the ``<h2 id=anchor>`` heading to the next ``<h2>`` (the table of contents
+    also names every anchor, so the whole page proves nothing about a section)."""
+    match = re.search(rf'<h2 id="{anchor}">.*?(?=<h2|\Z)', html, flags=re.S)
+    assert match, f"no section {anchor!r} in the report"
+    return match.group(0)
+
+
+def _table_rows(html: str, table_id: str) -> list[list[str]]:
+    """The cell texts, row by row (header first), of the pandas-rendered ``<table id=table_id>``."""
+    match = re.search(rf'<table[^>]*id="{table_id}".*?</table>', html, flags=re.S)
+    assert match, f"no table {table_id!r}"
+    return [[cell.strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, flags=re.S)]
+            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", match.group(0), flags=re.S)]
+
+
 def test_report_has_one_bleu_per_run_per_epoch(demo_run: DemoRun) -> None:
     report = demo_run.exp_dir / "report"
-    html = (report / "index.html").read_text(encoding="utf-8")
-    assert "figure4" in html
+    figure4 = _section((report / "index.html").read_text(encoding="utf-8"), "figure4")
+    images = re.findall(r'<img src="([^"]+)"', figure4)
+    assert {f"figures/{FIGURES['loss_epoch']}", f"figures/{FIGURES['bleu_epoch']}"} <= set(images), images
+    for src in images:
+        assert (report / src).read_bytes().startswith(b"\x89PNG"), src
+    # BLEU per epoch: a row per epoch, a column per run, a number in every cell (every demo run is scored)
+    header, *rows = _table_rows(figure4, "bleu-per-epoch")
+    assert header == ["epoch", *DEMO_RUNS]
+    assert [row[0] for row in rows] == [str(ep) for ep in range(1, DEMO_EPOCHS + 1)]
+    assert all(re.fullmatch(r"\d+\.\d\d", cell) for row in rows for cell in row[1:]), rows
     table = pd.read_csv(report / "tables" / "epochs.csv")
     for run in DEMO_RUNS:
-        rows = table[table["run"] == run]
-        assert sorted(rows["epoch"].tolist()) == list(range(1, DEMO_EPOCHS + 1)), run
-        assert rows["valid_bleu_tok"].notna().all(), run
-        assert run in html
+        run_rows = table[table["run"] == run]
+        assert sorted(run_rows["epoch"].tolist()) == list(range(1, DEMO_EPOCHS + 1)), run
+        assert run_rows["valid_bleu_tok"].notna().all(), run
 
 
 def test_every_epoch_was_scored(demo_run: DemoRun) -> None:

@@ -49,7 +49,7 @@ def test_iwslt14_download_prepare_bpe_through_snakemake(tmp_path: Path) -> None:
     _check_round_trip(exp, "test")
 
 
-@pytest.mark.skipif(not (SHARED / "data" / "multi30k").is_dir(), reason="../shared/data/multi30k (the mirror) is absent")
+@pytest.mark.shared(SHARED / "data" / "multi30k")
 def test_multi30k_from_mirror_through_snakemake(tmp_path: Path) -> None:
     work = copy_repo(tmp_path / "repo")
     exp = _run_bpe_target(work, {
