@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from lnrepro import bpe
+from lnrepro.data import synthetic
 from lnrepro.data.prepared import write_prepared
-from lnrepro.data.synthetic import prepare_synthetic
 from lnrepro.errors import LnReproError
 from lnrepro.vocab import BOS, EOS, PAD, UNK
 
@@ -28,7 +28,7 @@ def _lines(path: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("prepared")
-    prepare_synthetic(out, {"seed": 3, "train": 400, "valid": 30, "test": 30})
+    synthetic.prepare({"seed": 3, "train": 400, "valid": 30, "test": 30}, out)
     return out
 
 

@@ -9,9 +9,13 @@ import hashlib
 from pathlib import Path
 
 import pytest
+import yaml
 
+from conftest import REPO
 from fixtures_iwslt import FixtureArchive, build_iwslt_archive, closed_port, serve
+from lnrepro.cli import build_parser
 from lnrepro.data.download import fetch
+from lnrepro.data.registry import DATASETS
 from lnrepro.errors import LnReproError
 
 KEY = "defaults.data.iwslt14.md5"
@@ -130,3 +134,25 @@ def test_sha256_mismatch_names_the_sha256_key(server, fixture_archive, tmp_path)
         fetch([server.url("de-en.tgz")], dest, md5=fixture_archive.md5, sha256="a" * 64, checksum_key=KEY,
               backoff=0)
     assert _empty(dest.parent)
+
+
+def test_dataset_downloads_are_download_command_lines() -> None:
+    """Each dataset's files (config.yaml's section) become the `lnrepro download` options fetch_archive runs."""
+    data = yaml.safe_load((REPO / "config.yaml").read_text())["defaults"]["data"]
+    names = []
+    for name, module in DATASETS.items():
+        for d in module.downloads(data[name]):
+            a = build_parser().parse_args(["download", *d.cli_args(), "--out", f"results/downloads/{d.name}"])
+            assert (a.url, getattr(a, d.algorithm), a.size, a.checksum_key) == (list(d.urls), d.checksum, d.size,
+                                                                                d.checksum_key)
+            names.append(d.name)
+    assert names == ["de-en.tgz"] + [f"multi30k/{s}.{l}.gz" for s in ("train", "val", "test_2016_flickr")
+                                     for l in ("de", "en")]
+
+
+def test_offline_file_without_archive_key_offers_only_the_mirror(tmp_path):
+    key = "defaults.data.multi30k.mirror"  # a Download without archive_key passes the mirror key for both
+    with pytest.raises(LnReproError) as e:
+        fetch([f"http://127.0.0.1:{closed_port()}/val.en.gz"], tmp_path / "val.en.gz", sha256="0" * 64,
+              checksum_key="defaults.data.multi30k.sha256.val.en.gz", mirror_key=key, archive_key=key, retries=0)
+    assert f"or set {key} to a folder that contains val.en.gz" in str(e.value) and ".archive" not in str(e.value)

@@ -11,7 +11,7 @@ import pytest
 
 from fixtures_iwslt import FixtureArchive, build_iwslt_archive, serve
 from lnrepro.data.download import fetch
-from lnrepro.data.iwslt14 import TEST_SETS, extract_segments, filter_train_lines, prepare_iwslt14, prepare_xml
+from lnrepro.data.iwslt14 import TEST_SETS, extract_segments, filter_train_lines, prepare, prepare_xml
 from lnrepro.data.text import split_lines
 from lnrepro.errors import LnReproError
 from lnrepro.io import read_lines
@@ -34,7 +34,7 @@ def prepared(fixture_archive, tmp_path_factory):
         archive = fetch([srv.url("de-en.tgz")], root / "downloads" / "de-en.tgz", md5=fixture_archive.md5,
                         size=fixture_archive.size)
     out = root / "exp" / "data" / "prepared"
-    stats = prepare_iwslt14(archive, out, fixture_archive.counts, threads=1)
+    stats = prepare({"file": archive.name, "expected_counts": fixture_archive.counts}, out, 1, archive.parent)
     return out, stats
 
 
@@ -95,28 +95,29 @@ def test_test_concatenation_order_and_segment_text(prepared, fixture_archive):
 def test_count_mismatch_stops_before_writing(fixture_archive, tmp_path):
     wrong = {**fixture_archive.counts, "train": 160239}
     with pytest.raises(LnReproError) as e:
-        prepare_iwslt14(fixture_archive.path, tmp_path / "out", wrong)
+        prepare({"file": fixture_archive.path.name, "expected_counts": wrong}, tmp_path / "out", 1,
+                fixture_archive.path.parent)
     msg = str(e.value)
     assert "train: got" in msg and "160239" in msg and "--no-check-counts" in msg
     assert "defaults.data.iwslt14.expected_counts" in msg
     assert not (tmp_path / "out").exists()
     # Without expected counts (a non-official archive) preparation goes through.
-    stats = prepare_iwslt14(fixture_archive.path, tmp_path / "out", None)
+    stats = prepare({"file": fixture_archive.path.name}, tmp_path / "out", 1, fixture_archive.path.parent)
     assert stats["counts_checked"] is False
 
 
 def test_extracted_folder_and_missing_member(fixture_archive, tmp_path):
     folder = tmp_path / "orig"
     shutil.unpack_archive(fixture_archive.path, folder)
-    stats = prepare_iwslt14(folder, tmp_path / "a", fixture_archive.counts)
+    stats = prepare({"file": folder.name, "expected_counts": fixture_archive.counts}, tmp_path / "a", 1, tmp_path)
     assert stats["counts"] == fixture_archive.counts
     (folder / "de-en" / "IWSLT14.TED.tst2012.de-en.en.xml").unlink()
     with pytest.raises(LnReproError, match="missing de-en/IWSLT14.TED.tst2012.de-en.en.xml"):
-        prepare_iwslt14(folder, tmp_path / "b", None)
+        prepare({"file": folder.name}, tmp_path / "b", 1, tmp_path)
     with pytest.raises(LnReproError, match="not a readable .tgz"):
         bad = tmp_path / "bad.tgz"
         bad.write_bytes(b"not a tar")
-        prepare_iwslt14(bad, tmp_path / "c", None)
+        prepare({"file": bad.name}, tmp_path / "c", 1, tmp_path)
 
 
 def test_filter_and_segment_helpers():

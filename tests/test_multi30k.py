@@ -9,7 +9,7 @@ import pytest
 
 from fixtures_iwslt import closed_port
 from lnrepro.data.download import fetch
-from lnrepro.data.multi30k import file_names, prepare_multi30k
+from lnrepro.data.multi30k import FOLDER, file_names, prepare
 from lnrepro.errors import LnReproError
 from lnrepro.io import read_lines
 
@@ -26,16 +26,16 @@ def fetch_multi30k(dest: Path, cfg: dict) -> dict[str, Path]:
     """The six raw files through `fetch`, as the fetch_archive rule gets them: mirror first, then the URL."""
     return {key: fetch([cfg["url"] + name] if cfg["url"] else [], dest / name, sha256=cfg["sha256"][name],
                        mirror=Path(cfg["mirror"]), checksum_key=f"defaults.data.multi30k.sha256.{name}")
-            for key, name in file_names(cfg).items()}
+            for key, name in file_names().items()}
 
 
 def test_multi30k_through_the_mirror(tmp_path):
     cfg = {"url": f"http://127.0.0.1:{closed_port()}/data/task1/raw/", "mirror": str(MIRROR),
            "sha256": _sha256sums(), "clean": None, "expected_counts": {"train": 29000, "valid": 1014, "test": 1000}}
-    files = fetch_multi30k(tmp_path / "downloads", cfg)
-    assert sorted(p.name for p in (tmp_path / "downloads").iterdir()) == sorted(file_names(cfg).values())
+    fetch_multi30k(tmp_path / "downloads" / FOLDER, cfg)
+    assert sorted(p.name for p in (tmp_path / "downloads" / FOLDER).iterdir()) == sorted(file_names().values())
     out = tmp_path / "prepared"
-    stats = prepare_multi30k(files, out, cfg, threads=1)
+    stats = prepare(cfg, out, 1, tmp_path / "downloads")
     assert stats["lines"] == {"train": 29000, "valid": 1014, "test": 1000}
     assert read_lines(out / "valid.de")[1] == "ein mann schläft in einem grünen raum auf einem sofa ."
     assert read_lines(out / "valid.raw.de")[1] == "Ein Mann schläft in einem grünen Raum auf einem Sofa."
@@ -69,18 +69,18 @@ def _tiny(folder: Path, train_de: list[str], train_en: list[str]) -> Path:
 def test_cleaning_is_configurable(tmp_path):
     de = ["Ein Hund.", "Ja.", "Eine Katze schläft."]
     en = ["A dog.", "Yes, I really think so, my friend.", "A cat sleeps."]
-    folder = _tiny(tmp_path / "raw", de, en)
-    stats = prepare_multi30k(folder, tmp_path / "a", {"clean": None})
+    folder = _tiny(tmp_path / "raw" / FOLDER, de, en)
+    stats = prepare({"clean": None}, tmp_path / "a", 1, folder.parent)
     assert stats["lines"]["train"] == 3 and stats["cleaning"] is None
-    stats = prepare_multi30k(folder, tmp_path / "b", {"clean": {"min_len": 1, "max_len": 50, "ratio": 1.5}})
+    stats = prepare({"clean": {"min_len": 1, "max_len": 50, "ratio": 1.5}}, tmp_path / "b", 1, folder.parent)
     assert stats["lines"]["train"] == 2 and stats["cleaning"]["dropped"]["ratio"] == 1
     assert read_lines(tmp_path / "b" / "train.en") == ["a dog .", "a cat sleeps ."]
     with pytest.raises(LnReproError, match="unknown key"):
-        prepare_multi30k(folder, tmp_path / "c", {"clean": {"max_length": 50}})
+        prepare({"clean": {"max_length": 50}}, tmp_path / "c", 1, folder.parent)
 
 
 def test_misaligned_files_are_refused(tmp_path):
-    folder = _tiny(tmp_path / "raw", ["Eins.", "Zwei."], ["One."])
+    folder = _tiny(tmp_path / "raw" / FOLDER, ["Eins.", "Zwei."], ["One."])
     with pytest.raises(LnReproError, match="has 2 lines but .* has 1"):
-        prepare_multi30k(folder, tmp_path / "out", {})
+        prepare({}, tmp_path / "out", 1, folder.parent)
     assert not (tmp_path / "out").exists()

@@ -25,12 +25,12 @@ def _lines(path: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("synthetic")
-    syn.prepare_synthetic(out, CFG)
+    syn.prepare(CFG, out)
     return out
 
 
 def test_same_seed_gives_identical_bytes(corpus: Path, tmp_path: Path) -> None:
-    stats = syn.prepare_synthetic(tmp_path, CFG)
+    stats = syn.prepare(CFG, tmp_path)
     for name in FILES:
         assert (corpus / name).read_bytes() == (tmp_path / name).read_bytes(), name
     first = json.loads((corpus / "stats.json").read_text())
@@ -39,7 +39,7 @@ def test_same_seed_gives_identical_bytes(corpus: Path, tmp_path: Path) -> None:
 
 
 def test_different_seed_differs(corpus: Path, tmp_path: Path) -> None:
-    syn.prepare_synthetic(tmp_path, {**CFG, "seed": CFG["seed"] + 1})
+    syn.prepare({**CFG, "seed": CFG["seed"] + 1}, tmp_path)
     assert (corpus / "train.de").read_bytes() != (tmp_path / "train.de").read_bytes()
 
 
@@ -142,11 +142,11 @@ def test_german_inflection() -> None:
 
 def test_bad_config() -> None:
     with pytest.raises(LnReproError, match="data.synthetic.train"):
-        syn.prepare_synthetic(Path("/nonexistent"), {"seed": 1, "valid": 1, "test": 1})
+        syn.prepare({"seed": 1, "valid": 1, "test": 1}, Path("/nonexistent"))
     with pytest.raises(LnReproError, match="data.synthetic.valid"):
-        syn.prepare_synthetic(Path("/nonexistent"), {"seed": 1, "train": 5, "valid": 0, "test": 1})
+        syn.prepare({"seed": 1, "train": 5, "valid": 0, "test": 1}, Path("/nonexistent"))
     with pytest.raises(LnReproError, match="data.synthetic.seed"):
-        syn.prepare_synthetic(Path("/nonexistent"), {"seed": "1", "train": 5, "valid": 1, "test": 1})
+        syn.prepare({"seed": "1", "train": 5, "valid": 1, "test": 1}, Path("/nonexistent"))
 
 
 def _pair(n: int = 2) -> tuple[list[str], list[str]]:

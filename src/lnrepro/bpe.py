@@ -1,7 +1,7 @@
 """One joint sentencepiece BPE model for both languages, and the encoded splits training reads.
 
-Design (design.md, "Vocabulary"): ids as fairseq's dictionaries (<s>=0, <pad>=1, </s>=2, <unk>=3, counted
-in ``bpe.vocab_size``), identity normalization and byte fallback, so every prepared line round-trips exactly:
+Ids as in fairseq's dictionaries (<s>=0, <pad>=1, </s>=2, <unk>=3, counted in ``bpe.vocab_size``), identity
+normalization and byte fallback, so every prepared line round-trips exactly:
 ``decode(sp, encode(sp, line)) == line``. fairseq's IWSLT recipe uses subword-nmt with separate dictionaries;
 that difference is a listed deviation in the report.
 
@@ -68,10 +68,7 @@ _CHUNK = 10_000  # lines per batch call: large enough for the thread pool, small
 
 
 def _cfg_values(cfg: dict) -> tuple[int, float, int]:
-    """Validate the ``bpe`` config section: vocab_size, character_coverage (default 1.0), seed (default 0).
-
-    Other keys (e.g. ``threads`` from the CLI) are ignored.
-    """
+    """Validate the ``bpe`` settings: vocab_size, character_coverage (default 1.0), seed (default 0)."""
     vocab_size = cfg.get("vocab_size")
     if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < len(SPECIALS) + N_BYTE_PIECES + 1:
         raise LnReproError(
@@ -122,8 +119,8 @@ def _vocab_error(err: Exception, vocab_size: int, prepared_dir: Path) -> LnRepro
 def learn_bpe(prepared_dir: Path, out_dir: Path, cfg: dict, threads: int = 1) -> Path:
     """Train the joint BPE model on train.de + train.en; write out_dir/spm.model and spm.vocab atomically.
 
-    ``cfg`` is the ``bpe`` config section (vocab_size, character_coverage, seed). ``threads`` is accepted for a
-    uniform stage API but training runs single-threaded on purpose (see the module docstring). Returns the
+    ``cfg`` holds the ``bpe`` settings (bpe.json: vocab_size, character_coverage, seed). ``threads`` is accepted
+    for a uniform stage API but training runs single-threaded on purpose (see the module docstring). Returns the
     path of spm.model.
     """
     vocab_size, coverage, seed = _cfg_values(cfg)
@@ -153,7 +150,7 @@ def learn_bpe(prepared_dir: Path, out_dir: Path, cfg: dict, threads: int = 1) ->
 def _check_specials(sp: spm.SentencePieceProcessor, where: object) -> None:
     for i, piece in SPECIALS.items():
         if sp.get_piece_size() <= i or sp.id_to_piece(i) != piece:
-            raise LnReproError(f"{where}: expected piece {piece!r} at id {i} (design.md vocabulary ids)")
+            raise LnReproError(f"{where}: expected piece {piece!r} at id {i} (fairseq's dictionary ids, lnrepro.vocab)")
 
 
 def load_spm(path: Path) -> spm.SentencePieceProcessor:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from .errors import LnReproError
+from .paths import DOWNLOADS
 
 
 def _download(a: argparse.Namespace) -> None:
@@ -31,39 +32,23 @@ def _download(a: argparse.Namespace) -> None:
 
 
 def _prepare(a: argparse.Namespace) -> None:
-    if a.dataset == "iwslt14":
-        from .data.iwslt14 import prepare_iwslt14
+    from .config import DataSettings
+    from .data.registry import dataset
 
-        from .data.iwslt14 import OFFICIAL_COUNTS
-
-        expected = None if a.no_check_counts else (_counts(a.expected_counts) if a.expected_counts else OFFICIAL_COUNTS)
-        stats = prepare_iwslt14(a.archive, a.out, expected_counts=expected, threads=a.threads)
-    elif a.dataset == "multi30k":
-        from .data.multi30k import prepare_multi30k
-
-        clean = dict(zip(("min_len", "max_len", "ratio"), a.clean)) if a.clean else None
-        stats = prepare_multi30k(a.folder, a.out, {"clean": clean}, threads=a.threads)
-    else:
-        from .data.synthetic import prepare_synthetic
-
-        stats = prepare_synthetic(a.out, {"seed": a.seed, "train": a.train, "valid": a.valid, "test": a.test})
+    data = DataSettings.read(a.data_config)
+    settings = dict(data.options)
+    if a.no_check_counts:  # check_counts: false; stats.json then says counts_checked: false
+        settings.pop("expected_counts", None)
+    stats = dataset(data.dataset).prepare(settings, a.out, a.threads, a.downloads)
     print(json.dumps(stats, indent=2, sort_keys=True))
-
-
-def _counts(pairs: list[str]) -> dict[str, int]:
-    """``key=N`` pairs -> {key: N}."""
-    try:
-        return {k: int(v) for k, v in (p.split("=", 1) for p in pairs)}
-    except ValueError as e:
-        raise LnReproError(f"--expected-counts takes KEY=N pairs, got {' '.join(pairs)}") from e
 
 
 def _bpe(a: argparse.Namespace) -> None:
     from . import bpe
+    from .config import BpeSettings
 
     if a.action == "learn":
-        cfg = {"vocab_size": a.vocab_size, "character_coverage": a.character_coverage, "seed": a.seed}
-        print(bpe.learn_bpe(a.prepared, a.out, cfg, threads=a.threads))
+        print(bpe.learn_bpe(a.prepared, a.out, BpeSettings.read(a.bpe_config).to_dict(), threads=a.threads))
     else:
         print(json.dumps(bpe.apply_bpe(a.prepared, a.bpe, threads=a.threads), indent=2, sort_keys=True))
 
@@ -123,29 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_download)
 
     pr = sub.add_parser("prepare", help="tokenize, clean and split a corpus into prepared text")
-    pr.add_argument("dataset", choices=["iwslt14", "multi30k", "synthetic"])
+    pr.add_argument("--data-config", type=Path, required=True, help="data.json: the dataset and its settings")
+    pr.add_argument("--downloads", type=Path, default=Path(DOWNLOADS), help="the folder the files were fetched to")
     pr.add_argument("--out", type=Path, required=True, help="the prepared folder")
     pr.add_argument("--threads", type=int, default=1)
-    pr.add_argument("--archive", type=Path, help="iwslt14: de-en.tgz")
-    pr.add_argument("--no-check-counts", action="store_true", help="iwslt14: accept a non-official archive")
-    pr.add_argument("--expected-counts", nargs="+", metavar="KEY=N", help="iwslt14: line counts to check (default: the official archive's)")
-    pr.add_argument("--folder", type=Path, help="multi30k: folder with {train,val,test_2016_flickr}.{de,en}.gz")
-    pr.add_argument("--clean", nargs=3, type=float, metavar=("MIN", "MAX", "RATIO"), help="multi30k: length filter")
-    pr.add_argument("--seed", type=int, default=1234, help="synthetic: generator seed")
-    pr.add_argument("--train", type=int, default=20000, help="synthetic: training pairs")
-    pr.add_argument("--valid", type=int, default=500)
-    pr.add_argument("--test", type=int, default=500)
+    pr.add_argument("--no-check-counts", action="store_true", help="do not check the settings' expected_counts")
     pr.set_defaults(func=_prepare)
 
     b = sub.add_parser("bpe", help="learn the joint sentencepiece BPE, or encode every split with it")
-    b.add_argument("action", choices=["learn", "apply"])
-    b.add_argument("--prepared", type=Path, required=True)
-    b.add_argument("--out", type=Path, help="learn: the bpe folder")
-    b.add_argument("--bpe", type=Path, help="apply: the bpe folder holding spm.model")
-    b.add_argument("--vocab-size", type=int, default=10000)
-    b.add_argument("--character-coverage", type=float, default=1.0)
-    b.add_argument("--seed", type=int, default=1)
-    b.add_argument("--threads", type=int, default=1)
+    actions = b.add_subparsers(dest="action", required=True)
+    learn = actions.add_parser("learn", help="train spm.model on the prepared train.{de,en}")
+    learn.add_argument("--bpe-config", type=Path, required=True, help="bpe.json: vocab_size, character_coverage, seed")
+    learn.add_argument("--out", type=Path, required=True, help="the bpe folder")
+    apply = actions.add_parser("apply", help="encode every prepared split into {split}.{lang}.ids")
+    apply.add_argument("--bpe", type=Path, required=True, help="the bpe folder holding spm.model")
+    for action in (learn, apply):
+        action.add_argument("--prepared", type=Path, required=True, help="the prepared folder")
+        action.add_argument("--threads", type=int, default=1)
     b.set_defaults(func=_bpe)
 
     t = sub.add_parser("train", help="train one run and seed (resumes an interrupted attempt)")
@@ -176,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--exp-dir", type=Path, required=True, help="results/{exp}")
     r.add_argument("--out", type=Path, required=True, help="the report folder")
     r.set_defaults(func=_report)
+
+    from . import bench  # the benchmark command registers its own options
+
+    bench.add_parser(sub)
     return p
 
 

@@ -1,50 +1,42 @@
 # Joint sentencepiece BPE: prepared train text -> spm.model -> encoded splits (ids).
 
-BPE_IDS = expand(f"{BPE}/{{split}}.{{lang}}.ids", split=["train", "valid", "test"], lang=LANGS)
-
 
 rule learn_bpe:
     input:
-        f"{PREPARED}/train.de",
-        f"{PREPARED}/train.en",
+        config=P.bpe_json,
+        prepared=P.prepared_files,
     output:
-        f"{BPE}/spm.model",
-        f"{BPE}/spm.vocab",
-    params:
-        bpe=config["defaults"]["bpe"],
-    threads: res("learn_bpe")["threads"]
+        P.spm_model,
+    threads: res("learn_bpe").threads
     resources:
-        mem_mb=res("learn_bpe")["mem_mb"],
-        runtime=res("learn_bpe")["runtime"],
+        **job_resources("learn_bpe"),
     log:
-        f"{R}/logs/learn_bpe.log",
+        P.log("learn_bpe"),
     conda:
         CONDA_ENV
     shell:
-        "lnrepro bpe learn --prepared {PREPARED} --out {BPE} --vocab-size {params.bpe[vocab_size]}"
-        " --character-coverage {params.bpe[character_coverage]} --seed {params.bpe[seed]}"
-        " --threads {threads} > {log} 2>&1"
+        "lnrepro bpe learn --bpe-config {input.config} --prepared " + P.prepared + " --out " + P.bpe
+        + " --threads {threads} > {log} 2>&1"
 
 
 rule apply_bpe:
     input:
-        PREPARED_FILES,
-        f"{BPE}/spm.model",
+        prepared=P.prepared_files,
+        spm=P.spm_model[0],
     output:
-        BPE_IDS,
-        f"{BPE}/stats.json",
-    threads: res("apply_bpe")["threads"]
+        P.bpe_ids,
+        P.bpe_stats,
+    threads: res("apply_bpe").threads
     resources:
-        mem_mb=res("apply_bpe")["mem_mb"],
-        runtime=res("apply_bpe")["runtime"],
+        **job_resources("apply_bpe"),
     log:
-        f"{R}/logs/apply_bpe.log",
+        P.log("apply_bpe"),
     conda:
         CONDA_ENV
     shell:
-        "lnrepro bpe apply --prepared {PREPARED} --bpe {BPE} --threads {threads} > {log} 2>&1"
+        "lnrepro bpe apply --prepared " + P.prepared + " --bpe " + P.bpe + " --threads {threads} > {log} 2>&1"
 
 
 rule bpe:
     input:
-        BPE_IDS,
+        P.bpe_ids,

@@ -5,7 +5,8 @@ then the URLs (retries with exponential backoff on connection errors). Whatever 
 written under a temporary name in the destination folder, their size and digest are checked, and only then is
 the file renamed to ``dest``; on any failure the temporary file is removed, so nothing that looks complete is
 left behind. Every failure raises one :class:`LnReproError` that says what to do (which config key to set,
-where to put the file).
+where to put the file). A dataset module lists its files as :class:`Download` entries; the ``fetch_archive``
+rule runs one ``lnrepro download`` per entry.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -28,6 +30,38 @@ from ..io import atomic_path
 _CHUNK = 1 << 20
 # HTTP statuses worth retrying (the server may recover); any other 4xx is final.
 _RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class Download:
+    """One file a dataset needs, as its config section describes it: where to get it, how to verify it.
+
+    ``name`` is its path under results/downloads/ (shared by every experiment). The ``*_key`` fields are the
+    config keys the messages name, so a failure says which setting to change; ``archive_key`` is None when the
+    config offers no local copy of this file (only a mirror folder).
+    """
+
+    name: str
+    urls: tuple[str, ...]
+    algorithm: str  # md5 | sha256: the digest ``checksum`` is
+    checksum: str | None  # None: not checked
+    checksum_key: str
+    mirror: str | None
+    mirror_key: str
+    size: int | None = None  # bytes; None: not checked
+    archive: str | None = None
+    archive_key: str | None = None
+
+    def cli_args(self) -> list[str]:
+        """The ``lnrepro download`` options, all but ``--out``, that fetch and verify this file."""
+        args = [arg for url in self.urls for arg in ("--url", url)]
+        for flag, value in ((f"--{self.algorithm}", self.checksum), ("--size", self.size),
+                            ("--mirror", self.mirror), ("--archive", self.archive)):
+            if value is not None:
+                args += [flag, str(value)]
+        # No archive key: naming the mirror key twice makes the offline message offer only the mirror.
+        return args + ["--checksum-key", self.checksum_key, "--mirror-key", self.mirror_key,
+                       "--archive-key", self.archive_key or self.mirror_key]
 
 
 class _Retryable(Exception):
@@ -135,7 +169,9 @@ def fetch(
     fails the check stops with an error rather than silently falling back to the network). ``checksum_key`` is
     the config key that holds the digest (named in the mismatch message; its sibling ``size`` in a size
     mismatch); ``archive_key``/``mirror_key`` (default: siblings ``archive`` and ``mirror`` of ``checksum_key``)
-    are named in the message a user without internet gets. A ``dest`` that already exists and verifies is reused.
+    are named in the message a user without internet gets (an ``archive_key`` equal to ``mirror_key``: the config
+    has no archive key for this file, only the mirror is offered). A ``dest`` that already exists and verifies
+    is reused.
     """
     dest = Path(dest)
     parent = _key_parent(checksum_key)

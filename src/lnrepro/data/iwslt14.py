@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LnReproError
+from ..paths import DOWNLOADS
 from . import text as T
-from .download import file_digests
-from .prepared import write_prepared
+from .download import Download, file_digests
+from .prepared import check_counts, write_prepared
 
 LANGS = ("de", "en")
 PAIR = "de-en"
@@ -40,10 +41,7 @@ DROP_MARKERS = ("<url>", "<talkid>", "<keywords>")  # grep -v, in the script's o
 STRIP_TAGS = ("<title>", "</title>", "<description>", "</description>")  # sed s/TAG//g
 CLEAN = {"min_len": 1, "max_len": 175, "ratio": 1.5}
 VALID_EVERY = 23
-COUNT_KEYS = ("into_cleaning", "after_cleaning", "train", "valid", "test")
-# fairseq's recipe on the official de-en.tgz (issue 3); the config's defaults.data.iwslt14.expected_counts holds
-# the same numbers, this copy is the CLI's default when it is called without a config.
-OFFICIAL_COUNTS = {"into_cleaning": 174443, "after_cleaning": 167522, "train": 160239, "valid": 7283, "test": 6750}
+KEY = "defaults.data.iwslt14"  # the config section, named in messages
 
 # sed's \s (GNU sed, C locale): ASCII whitespace only, hence re.ASCII.
 _SEG_OPEN = re.compile(r'<seg id="[0-9]*">\s*', re.ASCII)
@@ -153,34 +151,23 @@ def prepare_xml(xml: str, lang: str, threads: int = 1) -> tuple[list[str], list[
     return T.lowercase(T.tokenize_lines(seg_text, lang, threads)), raw
 
 
-def check_counts(counts: dict[str, int], expected: dict[str, int] | None, archive: Path) -> None:
-    """Stop when the counts differ from the official archive's (the numbers would not be comparable)."""
-    if not expected:
-        return
-    unknown = sorted(set(expected) - set(COUNT_KEYS))
-    if unknown:
-        raise LnReproError(
-            f"defaults.data.iwslt14.expected_counts: unknown key(s) {unknown}; expected some of {list(COUNT_KEYS)}"
-        )
-    wrong = {k: (counts.get(k), v) for k, v in expected.items() if counts.get(k) != v}
-    if wrong:
-        detail = ", ".join(f"{k}: got {got}, expected {exp}" for k, (got, exp) in wrong.items())
-        raise LnReproError(
-            f"IWSLT14 preparation of {archive} gave line counts that differ from fairseq's on the official "
-            f"de-en.tgz ({detail}); results on this data would not be comparable with the paper. For an archive "
-            "that is not the official one, pass --no-check-counts (or set defaults.data.iwslt14.expected_counts "
-            "to null)"
-        )
+def downloads(section: dict) -> list[Download]:
+    """de-en.tgz: from the section's URLs, a local copy (``archive``) or a mirror folder; md5- and size-checked."""
+    return [Download(name=section["file"], urls=tuple(section["urls"]), algorithm="md5", checksum=section.get("md5"),
+                     checksum_key=f"{KEY}.md5", mirror=section.get("mirror"), mirror_key=f"{KEY}.mirror",
+                     size=section.get("size"), archive=section.get("archive"), archive_key=f"{KEY}.archive")]
 
 
-def prepare_iwslt14(archive: Path, out_dir: Path, expected_counts: dict | None, threads: int = 1) -> dict:
-    """Prepare ``archive`` (de-en.tgz, or a folder it was extracted into) into ``out_dir`` and return stats.
+def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path = Path(DOWNLOADS)) -> dict:
+    """Prepare ``downloads_dir/<file>`` (de-en.tgz, or a folder it was extracted into) into ``out_dir``.
 
-    Writes ``{train,valid,test}.{de,en}``, ``{valid,test}.raw.{de,en}`` and ``stats.json`` (through
-    :func:`lnrepro.data.prepared.write_prepared`). ``expected_counts`` (keys among into_cleaning,
-    after_cleaning, train, valid, test) are checked before anything is written.
+    ``settings`` is the content part of the config section (data.json): ``file`` names the archive, and
+    ``expected_counts`` (keys among into_cleaning, after_cleaning, train, valid, test; absent or null: no
+    check) are checked before anything is written. Writes the files of :func:`lnrepro.data.prepared.write_prepared`
+    and returns the stats.
     """
-    archive = Path(archive)
+    archive = Path(downloads_dir) / settings["file"]
+    expected_counts = settings.get("expected_counts")
     arc = _Archive(archive)
     try:
         filtered: dict[str, list[str]] = {}
@@ -198,27 +185,22 @@ def prepare_iwslt14(archive: Path, out_dir: Path, expected_counts: dict | None, 
     finally:
         arc.close()
 
-    # Test segments (fairseq's order), then one tokenizer pass per language over train + test lines.
-    seg_text: dict[str, list[str]] = {"de": [], "en": []}
+    # Test: the XML files in fairseq's order (``cat``), each prepared by prepare_xml.
+    test_tok: dict[str, list[str]] = {"de": [], "en": []}
     test_raw: dict[str, list[str]] = {"de": [], "en": []}
     test_sets: dict[str, int] = {}
     for name in TEST_SETS:
-        sizes = {}
-        for lang in LANGS:
-            lines, refs = extract_segments(xml[(name, lang)])
-            seg_text[lang] += lines
-            test_raw[lang] += refs
-            sizes[lang] = len(lines)
+        by_lang = {lang: prepare_xml(xml[(name, lang)], lang, threads) for lang in LANGS}
+        sizes = {lang: len(by_lang[lang][0]) for lang in LANGS}
         if sizes["de"] != sizes["en"]:
             raise LnReproError(
                 f"IWSLT14 archive {archive}: {name} has {sizes['de']} German but {sizes['en']} English segments"
             )
         test_sets[name] = sizes["de"]
-    tok: dict[str, list[str]] = {}
-    test_tok: dict[str, list[str]] = {}
-    for lang in LANGS:
-        both = T.tokenize_lines(filtered[lang] + seg_text[lang], lang, threads, desc=f"tokenize {lang}")
-        tok[lang], test_tok[lang] = both[:len(filtered[lang])], T.lowercase(both[len(filtered[lang]):])
+        for lang in LANGS:
+            test_tok[lang] += by_lang[lang][0]
+            test_raw[lang] += by_lang[lang][1]
+    tok = {lang: T.tokenize_lines(filtered[lang], lang, threads, desc=f"tokenize train.{lang}") for lang in LANGS}
 
     cleaned = T.clean_corpus(tok["de"], tok["en"], **CLEAN)
     train_lc = {"de": T.lowercase(cleaned.src), "en": T.lowercase(cleaned.tgt)}
@@ -243,7 +225,7 @@ def prepare_iwslt14(archive: Path, out_dir: Path, expected_counts: dict | None, 
         "valid": len(valid_idx),
         "test": len(test_tok["de"]),
     }
-    check_counts(counts, expected_counts, archive)
+    check_counts(counts, expected_counts, "iwslt14", str(archive), "fairseq's on the official de-en.tgz")
 
     stats = {
         "dataset": "iwslt14",

@@ -4,8 +4,8 @@ The raw files ``{train,val,test_2016_flickr}.{de,en}.gz`` (multi30k/dataset, dat
 same text pipeline as IWSLT14 (lnrepro.data.text): Moses tokenization with escaping and fairseq's final-period
 rule, lowercasing, and untokenized references for valid and test. Unlike IWSLT there is no metadata to filter
 and no ``’`` replacement (the IWSLT recipe does that only for its XML files). Cleaning is optional and applies to
-train only (``cfg["clean"]``: ``{min_len, max_len, ratio}`` with clean-corpus-n semantics, or null for none);
-valid and test are never filtered, so scores stay comparable with published Multi30k numbers.
+train only (``clean``: ``{min_len, max_len, ratio}`` with clean-corpus-n semantics, or null for none); valid and
+test are never filtered, so scores stay comparable with published Multi30k numbers.
 """
 
 from __future__ import annotations
@@ -15,19 +15,29 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LnReproError
+from ..paths import DOWNLOADS
 from . import text as T
-from .download import file_digests
-from .prepared import write_prepared
+from .download import Download, file_digests
+from .prepared import check_counts, write_prepared
 
 LANGS = ("de", "en")
-# Split name in lnrepro -> file stem in multi30k/dataset (overridable by cfg["files"]).
-DEFAULT_FILES = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+KEY = "defaults.data.multi30k"  # the config section, named in messages
+FOLDER = "multi30k"  # the six files' folder under results/downloads/
+# Split name in lnrepro -> file stem in multi30k/dataset.
+STEMS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 
 
-def file_names(cfg: dict) -> dict[str, str]:
-    """``{split}.{lang}`` -> file name (e.g. ``valid.de`` -> ``val.de.gz``) from ``cfg['files']``."""
-    stems = {**DEFAULT_FILES, **(cfg.get("files") or {})}
-    return {f"{split}.{lang}": f"{stems[split]}.{lang}.gz" for split in DEFAULT_FILES for lang in LANGS}
+def file_names() -> dict[str, str]:
+    """``{split}.{lang}`` -> file name (e.g. ``valid.de`` -> ``val.de.gz``)."""
+    return {f"{split}.{lang}": f"{stem}.{lang}.gz" for split, stem in STEMS.items() for lang in LANGS}
+
+
+def downloads(section: dict) -> list[Download]:
+    """The six raw files: ``url_base`` + name, or the section's mirror folder; each sha256-checked."""
+    return [Download(name=f"{FOLDER}/{name}", urls=(section["url_base"] + name,), algorithm="sha256",
+                     checksum=section["sha256"].get(name), checksum_key=f"{KEY}.sha256.{name}",
+                     mirror=section.get("mirror"), mirror_key=f"{KEY}.mirror")
+            for name in file_names().values()]
 
 
 def _read_gz_lines(path: Path) -> list[str]:
@@ -40,24 +50,15 @@ def _read_gz_lines(path: Path) -> list[str]:
         raise LnReproError(f"Multi30k file {path}: not a readable gzip of UTF-8 text ({e})") from e
 
 
-def prepare_multi30k(files: dict[str, Path] | Path, out_dir: Path, cfg: dict, threads: int = 1) -> dict:
-    """Prepare Multi30k into ``out_dir`` (the files of lnrepro.data.prepared) and return the stats.
+def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path = Path(DOWNLOADS)) -> dict:
+    """Prepare the six ``.gz`` files in ``downloads_dir/multi30k`` into ``out_dir``; return the stats.
 
-    ``files`` is a folder holding the six ``.gz`` files, or a mapping ``{split}.{lang}`` -> path (as returned by
-    `lnrepro download`). ``cfg`` is the ``data.multi30k`` config section (``files``, ``clean``,
-    optional ``expected_counts`` mapping train/valid/test to line counts checked after preparation).
+    ``settings`` is the content part of the config section (data.json): ``clean`` and ``expected_counts``
+    (train/valid/test line counts after preparation, checked before anything is written) are read.
     """
-    names = file_names(cfg)
-    if isinstance(files, (str, Path)):
-        paths = {key: Path(files) / name for key, name in names.items()}
-    else:
-        missing = sorted(set(names) - set(files))
-        if missing:
-            raise LnReproError(f"Multi30k: no file given for {missing}; expected keys {sorted(names)}")
-        paths = {key: Path(files[key]) for key in names}
-
+    paths = {key: Path(downloads_dir) / FOLDER / name for key, name in file_names().items()}
     text = {key: _read_gz_lines(path) for key, path in paths.items()}
-    for split in DEFAULT_FILES:
+    for split in STEMS:
         n_de, n_en = len(text[f"{split}.de"]), len(text[f"{split}.en"])
         if n_de != n_en:
             raise LnReproError(
@@ -67,21 +68,21 @@ def prepare_multi30k(files: dict[str, Path] | Path, out_dir: Path, cfg: dict, th
     # One tokenizer pass per language over all splits (one process pool start instead of three).
     tokenized: dict[str, list[str]] = {}
     for lang in LANGS:
-        keys = [f"{split}.{lang}" for split in DEFAULT_FILES]
+        keys = [f"{split}.{lang}" for split in STEMS]
         joined = T.tokenize_lines([line for k in keys for line in text[k]], lang, threads, desc=f"tokenize {lang}")
         start = 0
         for k in keys:
             tokenized[k] = joined[start:start + len(text[k])]
             start += len(text[k])
 
-    clean_cfg = cfg.get("clean")
+    clean_cfg = settings.get("clean")
     train_de, train_en = tokenized["train.de"], tokenized["train.en"]
     clean_stats: dict[str, Any] | None = None
     if clean_cfg:
         unknown = set(clean_cfg) - {"min_len", "max_len", "ratio"}
         if unknown:
             raise LnReproError(
-                f"data.multi30k.clean: unknown key(s) {sorted(unknown)}; expected min_len, max_len, ratio"
+                f"{KEY}.clean: unknown key(s) {sorted(unknown)}; expected min_len, max_len, ratio"
             )
         result = T.clean_corpus(train_de, train_en, min_len=int(clean_cfg.get("min_len", 1)),
                                 max_len=int(clean_cfg.get("max_len", 175)), ratio=float(clean_cfg.get("ratio", 1.5)))
@@ -98,14 +99,8 @@ def prepare_multi30k(files: dict[str, Path] | Path, out_dir: Path, cfg: dict, th
            for split in ("valid", "test")}
 
     counts = {split: len(pair[0]) for split, pair in splits.items()}
-    expected = cfg.get("expected_counts")
-    if expected:
-        wrong = {k: (counts.get(k), v) for k, v in expected.items() if counts.get(k) != v}
-        if wrong:
-            detail = ", ".join(f"{k}: got {got}, expected {exp}" for k, (got, exp) in wrong.items())
-            raise LnReproError(
-                f"Multi30k preparation gave other line counts than data.multi30k.expected_counts ({detail})"
-            )
+    check_counts(counts, settings.get("expected_counts"), "multi30k", str(Path(downloads_dir) / FOLDER),
+                 "those of the official task 1 files without cleaning")
 
     stats = {
         "dataset": "multi30k",

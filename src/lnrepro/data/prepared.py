@@ -3,13 +3,14 @@
 Files (docs/outputs.md): ``{train,valid,test}.{de,en}`` (tokenized, lowercased, one sentence per line),
 ``{valid,test}.raw.{de,en}`` (the untokenized sentences, for detokenized BLEU) and ``stats.json``.
 The writer checks the contract downstream stages rely on (parallel line counts, one sentence per line)
-so that a dataset module cannot silently produce files the BPE and training stages misread.
+so that a dataset module cannot silently produce files the BPE and training stages misread; and
+:func:`check_counts` is every dataset's check of its line counts against the config's ``expected_counts``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import LnReproError
 from ..io import atomic_write_json, atomic_write_lines, where_ran
@@ -49,6 +50,25 @@ def _check_pair(name: str, pair: Any) -> tuple[list[str], list[str]]:
                     f"({line!r:.80}); each sentence must be exactly one line"
                 )
     return de, en
+
+
+def check_counts(counts: Mapping[str, int], expected: Mapping[str, int] | None, dataset: str, source: str,
+                 reference: str) -> None:
+    """Stop, before anything is written, when ``counts`` differ from ``defaults.data.<dataset>.expected_counts``.
+
+    Other counts mean other data (another archive, a changed recipe), so results would not be comparable with
+    those the expected counts stand for; ``reference`` names them in the message (e.g. "fairseq's on the
+    official de-en.tgz"). No ``expected`` (absent, or ``--no-check-counts``): nothing is checked.
+    """
+    wrong = {k: (counts.get(k), v) for k, v in (expected or {}).items() if counts.get(k) != v}
+    if wrong:
+        detail = ", ".join(f"{k}: got {got}, expected {exp}" for k, (got, exp) in wrong.items())
+        key = f"defaults.data.{dataset}"
+        raise LnReproError(
+            f"{dataset} preparation of {source} gave line counts that differ from {reference} ({detail}); results "
+            f"on this data would not be comparable. If this data is intended, set {key}.check_counts to false "
+            f"(lnrepro prepare --no-check-counts), or {key}.expected_counts to its counts"
+        )
 
 
 def write_prepared(

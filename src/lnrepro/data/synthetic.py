@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import LnReproError
+from ..paths import DOWNLOADS
+from .download import Download
 from .prepared import write_prepared
 
 GENERATOR_VERSION = 1  # bump when the grammar changes: the same seed then gives a different corpus
@@ -628,15 +630,21 @@ def _check_cfg(cfg: dict) -> tuple[int, dict[str, int]]:
     return cfg["seed"], {s: cfg[s] for s in ("train", "valid", "test")}
 
 
-def prepare_synthetic(out_dir: Path, cfg: dict) -> dict:
+def downloads(section: dict) -> list[Download]:
+    """Nothing: the corpus is generated."""
+    return []
+
+
+def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path = Path(DOWNLOADS)) -> dict:
     """Generate the synthetic corpus into ``out_dir`` (the prepared-data layout) and return its stats.
 
-    ``cfg`` is the ``data.synthetic`` config section: ``seed``, ``train``, ``valid``, ``test`` (sentence pairs).
+    ``settings`` is the config section (data.json): ``seed``, ``train``, ``valid``, ``test`` (sentence pairs).
+    ``threads`` and ``downloads_dir`` are unused: generation is fast, and nothing is downloaded.
     Valid and test come from their own random streams of the same grammar; short sentences can repeat across
     splits, so the overlap with train is counted and reported rather than removed (removing it would make the
     held-out splits systematically longer than train).
     """
-    seed, sizes = _check_cfg(cfg)
+    seed, sizes = _check_cfg(settings)
     splits: dict[str, tuple[list[str], list[str]]] = {}
     raw: dict[str, tuple[list[str], list[str]]] = {}
     constructions: dict[str, dict[str, int]] = {}

@@ -141,8 +141,9 @@ def split_lines(text: str) -> list[str]:
 def raw_reference(text: str) -> str:
     """An untokenized reference line: surrounding whitespace stripped, line-break characters made spaces.
 
-    Nothing else is changed (design.md: raw text is for detokenized scoring). Characters such as U+2028 inside
-    a sentence would otherwise split it in two when the file is read back with str.splitlines().
+    Nothing else is changed: raw text is for detokenized scoring (sacreBLEU tokenizes it itself). Characters
+    such as U+2028 inside a sentence would otherwise split it in two when the file is read back with
+    str.splitlines().
     """
     return text.translate(_LINE_BREAKS).strip()
 
