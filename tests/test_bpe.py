@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SHARED
 from lnrepro import bpe
 from lnrepro.data import synthetic
 from lnrepro.data.prepared import write_prepared
@@ -16,9 +17,8 @@ from lnrepro.vocab import BOS, EOS, PAD, UNK
 SPLITS = ("train", "valid", "test")
 LANGS = ("de", "en")
 VOCAB = 500
-# ../shared next to the checkout (present on the project's machines and CI, absent on a user's machine)
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-IWSLT_DEV = SHARED / "data" / "iwslt14-sample" / "fairseq-tokenized" / "IWSLT14.TED.dev2010.de-en"
+IWSLT_DEV = {lang: SHARED / "data" / "iwslt14-sample" / "fairseq-tokenized" / f"IWSLT14.TED.dev2010.de-en.{lang}"
+             for lang in LANGS}
 
 
 def _lines(path: Path) -> list[str]:
@@ -132,12 +132,10 @@ def test_missing_inputs(tmp_path: Path) -> None:
         bpe.load_spm(tmp_path)
 
 
-@pytest.mark.skipif(not Path(str(IWSLT_DEV) + ".de").is_file(),
-                    reason=f"{SHARED} (project-internal sample data) is not present next to the checkout")
+@pytest.mark.shared(*IWSLT_DEV.values())
 def test_round_trip_iwslt_dev_sample(tmp_path: Path) -> None:
     """Real Moses-tokenized IWSLT14 text (escaped entities, digits, rare characters) round-trips exactly."""
-    de = _lines(Path(str(IWSLT_DEV) + ".de"))
-    en = _lines(Path(str(IWSLT_DEV) + ".en"))
+    de, en = (_lines(IWSLT_DEV[lang]) for lang in LANGS)
     assert len(de) == len(en) == 887
     # Small BPE on the first lines only, so the rest also exercises unseen words (and maybe bytes).
     write_prepared(tmp_path / "prep", {"train": (de[:600], en[:600]), "valid": (de, en), "test": (de[:1], en[:1])},

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
+from conftest import SHARED
 from fixtures_iwslt import FixtureArchive, build_iwslt_archive, serve
 from lnrepro.data.download import fetch
 from lnrepro.data.iwslt14 import TEST_SETS, extract_segments, filter_train_lines, prepare, prepare_xml
@@ -16,8 +16,7 @@ from lnrepro.data.text import split_lines
 from lnrepro.errors import LnReproError
 from lnrepro.io import read_lines
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-SAMPLE = SHARED / "iwslt14-sample"
+SAMPLE = SHARED / "data" / "iwslt14-sample"
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +129,7 @@ def test_filter_and_segment_helpers():
     assert segs == ["It's a test.", ""] and raw == ["It’s a test.", ""]
 
 
-@pytest.mark.skipif(not SAMPLE.is_dir(), reason="../shared/data/iwslt14-sample not present (optional)")
+@pytest.mark.shared(SAMPLE)
 @pytest.mark.parametrize("lang", ["de", "en"])
 def test_dev2010_equals_fairseq_output(lang):
     """Our preparation of the real dev2010 XML equals what fairseq's prepare-iwslt14.sh made of it."""

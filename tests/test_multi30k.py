@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SHARED
 from fixtures_iwslt import closed_port
 from lnrepro.data.download import fetch
 from lnrepro.data.multi30k import FOLDER, file_names, prepare
 from lnrepro.errors import LnReproError
 from lnrepro.io import read_lines
 
-MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+MIRROR = SHARED / "data" / "multi30k"
 
 
 def _sha256sums() -> dict[str, str]:
@@ -21,7 +22,6 @@ def _sha256sums() -> dict[str, str]:
             (line.split() for line in (MIRROR / "SHA256SUMS").read_text().splitlines() if line.strip())}
 
 
-@pytest.mark.skipif(not MIRROR.is_dir(), reason="../shared/data/multi30k (the local mirror) is not present")
 def fetch_multi30k(dest: Path, cfg: dict) -> dict[str, Path]:
     """The six raw files through `fetch`, as the fetch_archive rule gets them: mirror first, then the URL."""
     return {key: fetch([cfg["url"] + name] if cfg["url"] else [], dest / name, sha256=cfg["sha256"][name],
@@ -29,6 +29,7 @@ def fetch_multi30k(dest: Path, cfg: dict) -> dict[str, Path]:
             for key, name in file_names().items()}
 
 
+@pytest.mark.shared(MIRROR)
 def test_multi30k_through_the_mirror(tmp_path):
     cfg = {"url": f"http://127.0.0.1:{closed_port()}/data/task1/raw/", "mirror": str(MIRROR),
            "sha256": _sha256sums(), "clean": None, "expected_counts": {"train": 29000, "valid": 1014, "test": 1000}}
@@ -43,7 +44,7 @@ def test_multi30k_through_the_mirror(tmp_path):
     assert stats["source"]["train.de"]["sha256"] == cfg["sha256"]["train.de.gz"]
 
 
-@pytest.mark.skipif(not MIRROR.is_dir(), reason="../shared/data/multi30k (the local mirror) is not present")
+@pytest.mark.shared(MIRROR)
 def test_mirror_with_wrong_digest_is_refused(tmp_path):
     cfg = {"url": "", "mirror": str(MIRROR), "sha256": {**_sha256sums(), "val.en.gz": "0" * 64}}
     with pytest.raises(LnReproError, match=r"defaults\.data\.multi30k\.sha256\.val\.en\.gz"):
