@@ -1,36 +1,35 @@
 # lnrepro: Xiong et al. (ICML 2020) Figure 4 and the norm x warm-up x decay design, as one static DAG.
-# Stage contracts: ../shared/design.md and docs/outputs.md. Every rule is a thin call of the `lnrepro` CLI.
+# The stages and their contracts: docs/architecture.md and docs/outputs.md. Every worker rule is a thin
+# `shell:` call of the `lnrepro` CLI; file names come from lnrepro.paths, settings from lnrepro.config.
+import re
 import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the package, also when it is not installed
 from lnrepro import config as cfg  # noqa: E402
+from lnrepro.paths import LANGS, Paths  # noqa: E402
+from lnrepro.stages import LOCAL_RULES  # noqa: E402
 
 
 configfile: "config.yaml"
 
 
-try:  # one line naming the bad key first; snakemake's own report of the same schema follows it otherwise
+try:  # the one validation: schema and semantic checks, a message naming the key
     cfg.validate_config(config)
+    X = cfg.experiment(config)  # the typed, resolved experiment
 except cfg.LnReproError as e:
     raise WorkflowError(str(e)) from None
-validate(config, "workflow/schemas/config.schema.yaml")
 
-EXP = config["name"]
-R = f"results/{EXP}"
-DATASET = config["defaults"]["data"]["dataset"]
-RUNS = cfg.selected_runs(config)
-SEEDS = config["seeds"]
-EPOCHS = cfg.epochs(config)
-SPLITS = config["defaults"]["eval"]["splits"]
-LANGS = ["de", "en"]
-PREPARED = f"{R}/data/prepared"
-BPE = f"{R}/data/bpe"
+P = Paths(X.name)
+RUNS, EPOCHS, SPLITS = X.select, X.epochs, X.eval.splits
+SEEDS = X.seeds  # of a run outside any grid; every run's own seeds: X.seeds_of(run)
+# The software environment of every shell rule, for --software-deployment-method conda.
+CONDA_ENV = str(Path(workflow.basedir) / "envs" / "lnrepro.yaml")
 
 
 def res(rule):
@@ -39,24 +38,13 @@ def res(rule):
 
 
 wildcard_constraints:
-    run="|".join(RUNS),
+    run="|".join(map(re.escape, RUNS)),  # grid run names hold "." and "="
     seed=r"\d+",
     ep=r"\d{3}",
     split="|".join(SPLITS),
 
 
-localrules:
-    all,
-    data,
-    bpe,
-    train,
-    evaluate,
-    report,
-    fetch_archive,
-    write_run_config,
-    write_eval_config,
-    write_experiment_config,
-    make_report,
+workflow.localrules(*LOCAL_RULES)
 
 
 include: "workflow/rules/common.smk"
@@ -71,4 +59,4 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        f"{R}/report/index.html",
+        P.report_html,

@@ -1,32 +1,52 @@
-# The paper's gradient-at-initialization analysis (Section 3): per-layer gradient norms of fresh models.
+# The paper's gradient-at-initialization analysis (Section 3.4, Figure 3): the expected gradient of every layer
+# weight of fresh models (every norm position and depth), its fit over depth, and the same measurement on a
+# Post-LN run's checkpoint at the end of warm-up when the experiment trains that run.
 
-
-rule write_experiment_config:
-    output:
-        f"{R}/experiment.json",
-    params:
-        slice=cfg.experiment_slice(config),
-    run:
-        from lnrepro.io import atomic_write_json
-
-        atomic_write_json(output[0], params.slice)
+# The run measured after warm-up: analysis.gradinit.after_warmup_run when selected, else none.
+AFTER_WARMUP = X.analysis.gradinit.after_warmup_run if X.analysis.gradinit.after_warmup_run in RUNS else None
+# What the report reads of this stage.
+GRADINIT_OUTPUTS = [P.gradinit_csv, P.gradinit_fit_csv] + ([P.gradinit_after_warmup_csv] if AFTER_WARMUP else [])
 
 
 rule gradinit:
     input:
-        experiment=f"{R}/experiment.json",
-        spm=f"{BPE}/spm.model",
-        ids=BPE_IDS,
+        experiment=P.experiment_json,
+        spm=P.spm_model[0],
+        ids=P.bpe_ids,
     output:
-        f"{R}/analysis/gradinit.csv",
-    threads: res("gradinit")["threads"]
+        csv=P.gradinit_csv,
+        fit=P.gradinit_fit_csv,
+    threads: res("gradinit").threads
     resources:
-        mem_mb=res("gradinit")["mem_mb"],
-        runtime=res("gradinit")["runtime"],
-        gpu=res("gradinit")["gpus"],
+        **job_resources("gradinit"),
     log:
-        f"{R}/logs/gradinit.log",
+        P.log("gradinit"),
+    benchmark:
+        P.benchmark("gradinit", "gradinit")
     conda:
         CONDA_ENV
     shell:
-        "lnrepro gradinit --experiment {input.experiment} --bpe {BPE} --out {output} --threads {threads} > {log} 2>&1"
+        "lnrepro gradinit --experiment {input.experiment} --bpe " + P.bpe + " --out {output.csv} --fit {output.fit} --threads {threads} > {log} 2>&1"
+
+
+if AFTER_WARMUP:
+
+    # Every epoch manifest of the run, every seed: the job picks, per seed, the first epoch whose update count
+    # reaches T_warmup (which one is in the CSV's epoch column and the log).
+    rule gradinit_after_warmup:
+        input:
+            experiment=P.experiment_json,
+            spm=P.spm_model[0],
+            ids=P.bpe_ids,
+            manifests=[m for seed in SEEDS for m in P.epoch_manifests(EPOCHS, AFTER_WARMUP, seed)],
+        output:
+            P.gradinit_after_warmup_csv,
+        threads: res("gradinit_after_warmup").threads
+        resources:
+            **job_resources("gradinit_after_warmup"),
+        log:
+            P.log("gradinit_after_warmup"),
+        conda:
+            CONDA_ENV
+        shell:
+            "lnrepro gradinit --experiment {input.experiment} --bpe " + P.bpe + " --after-warmup {input.manifests} --out {output} --threads {threads} > {log} 2>&1"

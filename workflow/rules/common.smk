@@ -1,21 +1,48 @@
-# Paths shared by the rule files: one place names every file of the stage contracts.
+# What the rule files share besides lnrepro.paths (P): the configuration slices every stage reads.
 
-# The software environment of every shell rule, for --software-deployment-method conda.
-CONDA_ENV = str(Path(workflow.basedir) / "envs" / "lnrepro.yaml")
+from lnrepro.io import atomic_write_json
 
-
-def run_dir(run="{run}", seed="{seed}"):
-    return f"{R}/runs/{run}/seed{seed}"
-
-
-def epoch_manifests(run="{run}", seed="{seed}"):
-    return [f"{run_dir(run, seed)}/epochs/epoch{ep:03d}.json" for ep in range(1, EPOCHS + 1)]
-
-
-def all_runs(pattern):
-    """``pattern`` (with {run} and {seed}) for every selected run and seed."""
-    return [pattern.format(run=run, seed=seed) for run in RUNS for seed in SEEDS]
+# Each stage reads its settings from one JSON slice of the loaded config (lnrepro.config.settings); a rule
+# reruns exactly when its slice changes (Snakemake's params trigger).
+SLICES = {
+    "data": X.data.to_dict(),
+    "bpe": X.bpe.to_dict(),
+    "eval": X.eval.to_dict(),
+    "experiment": X.to_dict(),
+}
 
 
-def eval_outputs(run, seed):
-    return [f"{run_dir(run, seed)}/eval/epoch{ep:03d}.json" for ep in range(1, EPOCHS + 1)]
+def each_run(paths):
+    """``paths(run, seed)`` (a path or a list) for every selected run and each of its seeds, flattened."""
+    out = []
+    for run in RUNS:
+        for seed in X.seeds_of(run):
+            p = paths(run, seed)
+            out += p if isinstance(p, list) else [p]
+    return out
+
+
+def job_resources(rule):
+    """The ``resources:`` of a worker rule (threads are set separately, from the same entry)."""
+    r = res(rule)
+    return {"mem_mb": r.mem_mb, "runtime": r.runtime, "gpu": r.gpus}
+
+
+rule write_slice:
+    output:
+        P.root + "/{slice}.json",
+    wildcard_constraints:
+        slice="|".join(SLICES),
+    params:
+        slice=lambda w: SLICES[w.slice],
+    run:
+        atomic_write_json(output[0], params.slice)
+
+
+rule write_run_config:
+    output:
+        P.run_config(),
+    params:
+        slice=lambda w: X.run_config(w.run, int(w.seed)).to_dict(),
+    run:
+        atomic_write_json(output[0], params.slice)

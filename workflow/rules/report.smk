@@ -8,25 +8,25 @@ REPORT_FIGURES = [Path(f).stem for f in FIGURES.values()]
 
 rule make_report:
     input:
-        experiment=f"{R}/experiment.json",
-        gradinit=f"{R}/analysis/gradinit.csv",
-        summaries=all_runs(run_dir() + "/summary.json"),
-        evals=[p for run in RUNS for seed in SEEDS for p in eval_outputs(run, seed)],
+        experiment=P.experiment_json,
+        gradinit=GRADINIT_OUTPUTS,
+        summaries=each_run(P.summary),
+        evals=rules.evaluate.input,
     output:
-        html=f"{R}/report/index.html",
-        confounds=f"{R}/report/confounds.md",
+        html=P.report_html,
+        confounds=P.confounds_md,
         figures=[
-            report(f"{R}/report/figures/{name}.png", caption=f"../report/{name}.rst", category="figures")
+            report(P.figure(name), caption=f"../report/{name}.rst", category="figures")
             for name in REPORT_FIGURES
         ],
     log:
-        f"{R}/logs/make_report.log",
+        P.log("make_report"),
     conda:
         CONDA_ENV
     shell:
-        "lnrepro report --experiment {input.experiment} --exp-dir {R} --out {R}/report > {log} 2>&1"
+        "lnrepro report --experiment {input.experiment} --exp-dir " + P.root + " --out " + P.report + " > {log} 2>&1"
 
 
 rule report:
     input:
-        f"{R}/report/index.html",
+        P.report_html,
