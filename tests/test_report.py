@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
 import math
+import re
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 
 from lnrepro import config
 from lnrepro.analysis import aggregate as ag
+from lnrepro.analysis.claims import STATUSES
 from lnrepro.analysis.report import make_report
 from lnrepro.config import Experiment
 
@@ -49,6 +52,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
     exp_dir = root / "results" / "fake"
     exp = Experiment.from_dict({
         **DEMO, "name": "fake", "select": RUNS, "seeds": SEEDS, "runs": {r: resolved(r) for r in RUNS},
+        "grids": {},  # the demo's grid runs are not among the fabricated ones
         "comparisons": {
             "figure4": {"runs": ["postln_warmup_isqrt", "preln_nowarmup_step8"], "factor": "norm", "claim": "Figure 4"},
             "norm_warmup_isqrt": {"runs": ["postln_warmup_isqrt", "preln_warmup_isqrt"], "factor": "norm", "claim": "n"},
@@ -205,7 +209,7 @@ def test_sections_notes_confounds_deviations(report):
     exp_dir, exp, index, p = report
     text = index.read_text()
     for sec in ("What was run", "Figure 4 reproduction", "Confounds", "Stability", "Wall-clock",
-                "Gradient at initialization", "Deviations from the paper", "Where it ran"):
+                "Gradient at initialization", "Assumptions and deviations", "Where it ran"):
         assert sec in text
     assert "DEMO NOTE: T_warmup" in text and "DEVIATION-MARK" in text
     assert "Gradient norms at initialization: not computed" in text
@@ -251,6 +255,87 @@ def test_figures_and_tables_exist(report):
                  "grad_norms_by_epoch"):
         assert (out / "tables" / f"{name}.csv").exists(), name
     assert not list(out.rglob("*.tmp"))
+
+
+def _section(text: str, anchor: str) -> str:
+    """The HTML of one section of the page, from its heading to the next."""
+    return text.split(f'<h2 id="{anchor}">', 1)[1].split("<h2 ", 1)[0]
+
+
+def test_findings_open_the_page_and_come_from_the_tables(report):
+    exp_dir, _, index, p = report
+    text = index.read_text()
+    assert re.findall(r'<h2 id="([a-z0-9]+)">', text)[:7] == [
+        "findings", "run", "figure4", "effects", "tuned", "claims", "confounds"]
+    assert '<h2 id="deviations">' not in text and '<h2 id="assumptions">' in text
+    claims = pd.read_csv(exp_dir / "report" / "tables" / "claims.csv")
+    findings = re.findall(r"<li>(.*?)</li>", _section(text, "findings"))
+    assert len(findings) == len(claims) + 2  # a sentence per claim, then Figure 4's attribution per metric
+    for sentence, row in zip(findings, claims.itertuples()):
+        assert row.status in html.unescape(sentence)
+    assert claims.set_index("id").loc["figure4_postln_bleu", "status"] == "not measured at this scale"  # demo size
+    assert set(claims["status"]) <= set(STATUSES)
+    assert all(s.startswith("Figure 4&#x27;s difference in valid_") for s in findings[-2:])
+    rows = {r[0]: r for r in p.tables["claims"][1:]}
+    measured = claims.set_index("id").loc["figure4_postln_bleu", "measured"]
+    assert rows["figure4_postln_bleu"][5].startswith(f"{measured:.4g} [")  # the value [its interval]
+
+
+def test_data_budget_effect_and_failure_tables(report):
+    exp_dir, _, index, p = report
+    tables = exp_dir / "report" / "tables"
+    long = pd.read_csv(tables / "scores_long.csv")
+    assert list(long.columns) == ["run", "seed", "epoch", "split", "metric", "value"]
+    assert len(long) == len(RUNS) * len(SEEDS) * EPOCHS * (2 * 6 + 5)
+    status = long[(long["metric"] == "status")].set_index(["run", "seed", "epoch"])["value"]
+    assert status[("postln_nowarmup_isqrt", 1, 2)] == "diverged at update 13"  # summary.json's update
+    assert status[("preln_warmup_isqrt", 1, 3)] == "not evaluated" and status[("postln_warmup_isqrt", 1, 3)] == "ok"
+    runs = pd.read_csv(tables / "runs.csv")
+    assert list(runs["run"]) == RUNS and set(runs["precision"]) == {"fp32"} and set(runs["seeds_trained"]) == {"1 2"}
+    budgets = pd.read_csv(tables / "budgets.csv")
+    assert list(budgets["budget"])[:2] == ["epoch 3", "epoch 2"] and budgets["budget"][2].startswith("wall-clock")
+    assert list(budgets["updates"][:2]) == [30, 20]
+    effects = pd.read_csv(tables / "effects.csv")
+    assert list(effects.columns[:7]) == ["metric", "budget", "effect", "estimate", "ci_low", "ci_high", "n_seeds"]
+    last = effects[(effects["metric"] == "valid_bleu_tok") & (effects["budget"] == "epoch 3")].set_index("effect")
+    # epoch 3: postln_nowarmup_isqrt diverged, preln_warmup_isqrt not scored: two cells, only norm identified
+    assert last["estimate"].notna().tolist() == [True] + [False] * 6
+    assert last.loc["norm", "n_left_out"] == 3 and last.loc["norm", "n_missing"] == 2
+    failures = pd.read_csv(tables / "failures.csv").set_index("run")
+    assert failures.loc["postln_nowarmup_isqrt", "failure_rate"] == 1.0
+    assert failures.loc["preln_nowarmup_step8", "failure_rate"] == 0.5
+    assert {"budgets", "design", "cells", "effects", "failures", "claims", "unstated"} <= set(p.tables)
+    text = index.read_text()
+    assert "No grid is selected" in _section(text, "tuned")
+    assumptions = html.unescape(_section(text, "assumptions"))
+    assert "41.78 M parameters instead of 39.47 M" in assumptions and "DEVIATION-MARK" in assumptions
+    assert "Dataset: synthetic instead of the paper&#x27;s iwslt14" in _section(text, "assumptions")
+    assert [r[0] for r in p.tables["unstated"][1:]][:3] == ["weight decay", "Adam eps", "gradient clipping"]
+
+
+def test_tuned_baselines_in_the_report(tmp_path):
+    exp_dir, exp = make_tree(tmp_path, diverge=DIVERGE)
+    grids = {"g_post": {"base": "postln_warmup_isqrt", "values": {"schedule.warmup": [True, False]}, "seeds": SEEDS,
+                        "runs": ["postln_warmup_isqrt", "postln_nowarmup_isqrt"]},
+             "g_pre": {"base": "preln_nowarmup_step8", "values": {"schedule.warmup": [False, True]}, "seeds": SEEDS,
+                       "runs": ["preln_nowarmup_step8", "preln_warmup_isqrt"]}}
+    exp = Experiment.from_dict({**exp.to_dict(), "grids": grids})
+    index = make_report(exp_dir, exp, exp_dir / "report")
+    p = Tables()
+    p.feed(index.read_text())
+    post = {r[0]: r for r in p.tables["grid-g_post"][1:]}
+    assert post["postln_warmup_isqrt"][-1] == "best" and post["postln_nowarmup_isqrt"][-1] == ""  # it diverged
+    tuned = pd.read_csv(exp_dir / "report" / "tables" / "tuned.csv").set_index("metric")
+    row = tuned.loc["test_bleu_tok"]
+    # the fabricated losses tie: the first run with a finished seed is the best (seed 2 diverged at epoch 3)
+    assert (row["run_a"], row["run_b"], row["n_a"], row["n_b"]) == ("postln_warmup_isqrt", "preln_nowarmup_step8", 2, 1)
+    mean_a = sum(bleu("postln_warmup_isqrt", s, 3) + 1 for s in SEEDS) / 2
+    assert row["difference"] == pytest.approx(bleu("preln_nowarmup_step8", 1, 3) + 1 - mean_a, abs=1e-4)
+    assert math.isnan(row["ci_low"])  # one seed on a side: no interval
+    conf = pd.DataFrame(p.tables["confounds"][1:], columns=p.tables["confounds"][0]).set_index("comparison")
+    assert conf.loc["figure4_tuned", "runs"] == "postln_warmup_isqrt, preln_nowarmup_step8"
+    assert conf.loc["figure4_tuned", "verdict"] == "confounded"
+    assert "tuned against tuned" in conf.loc["figure4_tuned", "claim"]
 
 
 def test_train_logs_parsed_generically(tmp_path):

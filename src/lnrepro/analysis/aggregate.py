@@ -39,9 +39,9 @@ def run_dir(exp_dir: Path, run: str, seed: int) -> Path:
 
 
 def _run_seeds(exp_dir: Path, experiment: Experiment) -> Iterator[tuple[str, int, Path]]:
-    """(run, seed, its folder) for every selected run and seed, in ``select`` then ``seeds`` order."""
+    """(run, seed, its folder) for every selected run and each of its seeds, in ``select`` then seed order."""
     for run in experiment.select:
-        for seed in experiment.seeds:
+        for seed in experiment.seeds_of(run):
             yield run, seed, run_dir(exp_dir, run, seed)
 
 
@@ -181,8 +181,8 @@ def divergence_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame
     """Per run: seeds finished (summary.json present), seeds diverged, divergence rate, and where."""
     rows = []
     for run in experiment.select:
-        n_fin, n_div, where = 0, 0, []
-        for seed in experiment.seeds:
+        n_fin, n_div, where, seeds = 0, 0, [], experiment.seeds_of(run)
+        for seed in seeds:
             summary = _read_optional_json(run_dir(exp_dir, run, seed) / "summary.json")
             div = None
             if summary is not None:
@@ -200,7 +200,7 @@ def divergence_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame
                 why = d.get("detail")
                 where.append(f"seed {seed}: update {d.get('update', '?')}, epoch {d.get('epoch', '?')}"
                              + (f" ({why})" if why else ""))
-        rows.append({"run": run, "n_seeds": len(experiment.seeds), "n_finished": n_fin, "n_diverged": n_div,
+        rows.append({"run": run, "n_seeds": len(seeds), "n_finished": n_fin, "n_diverged": n_div,
                      "divergence_rate": (n_div / n_fin) if n_fin else math.nan, "diverged_at": "; ".join(where)})
     return pd.DataFrame(rows, columns=["run", "n_seeds", "n_finished", "n_diverged", "divergence_rate", "diverged_at"])
 
@@ -261,6 +261,24 @@ def execution_facts(exp_dir: Path, experiment: Experiment) -> dict[str, dict[str
                 values[run][name].add(str(value))
     return {run: {"seeds": seeds[run], **{name: ", ".join(sorted(v)) for name, v in values[run].items()}}
             for run in experiment.select}
+
+
+def summary_table(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
+    """Per (run, seed) with a summary.json: ``status`` (completed / diverged / max_updates), ``updates``,
+    ``diverged_update`` (the update whose loss diverged, else NaN), ``target_tokens_per_epoch`` and
+    ``target_tokens_trained``."""
+    cols = ["run", "seed", "status", "updates", "diverged_update", "target_tokens_per_epoch", "target_tokens_trained"]
+    rows = []
+    for run, seed, rd in _run_seeds(exp_dir, experiment):
+        summary = _read_optional_json(rd / "summary.json")
+        if summary is None:
+            continue
+        div = summary.get("diverged") if isinstance(summary.get("diverged"), dict) else {}
+        rows.append({"run": run, "seed": seed, "status": str(summary.get("status") or ""),
+                     "updates": _num(summary.get("updates")), "diverged_update": _num(div.get("update")),
+                     "target_tokens_per_epoch": _num(summary.get("target_tokens_per_epoch")),
+                     "target_tokens_trained": _num(summary.get("target_tokens_trained"))})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def milestone_table(run_epochs: pd.DataFrame, split: str, frac: float = 0.95) -> pd.DataFrame:
@@ -483,6 +501,6 @@ def write_tables(agg: Aggregate, tables_dir: Path) -> dict[str, Path]:
 
 __all__ = [
     "Aggregate", "aggregate", "epoch_table", "run_epoch_table", "divergence_table", "wallclock_table",
-    "milestone_table", "read_train_logs", "parse_layer_key", "layer_grad_summary", "write_tables", "write_csv",
+    "milestone_table", "summary_table", "read_train_logs", "parse_layer_key", "layer_grad_summary", "write_tables", "write_csv",
     "to_csv_text", "primary_split",
 ]

@@ -22,10 +22,14 @@ from typing import Any, Callable, Iterable, Sequence
 import pandas as pd
 
 from ..config.settings import FACTOR_KEYS, Experiment
+from ..deviations import config_deviations, recipe_notes, unstated_rows
 from ..errors import LnReproError
 from ..io import atomic_write_text, where_ran
 from ..norms import NORMS
 from . import aggregate as ag
+from . import study as st
+from .claims import STATUSES, fmt
+from .effects import LEVEL_WORDS
 from .confounds import confounds_rows, differing_keys, flatten, write_confounds
 from .plots import make_figures, norm_style
 
@@ -182,6 +186,7 @@ class _Context:
     confounds: dict[str, Any]  # confounds.analyze_confounds's result
     gradinit: pd.DataFrame | None  # analysis/gradinit.csv, None when not computed
     gradinit_missing: str  # why gradinit is None
+    study: st.Study  # budgets, effects, tuned baselines, claims and findings (lnrepro.analysis.study)
 
     def rel(self, path: Path) -> str:
         return Path(path).relative_to(self.out_dir).as_posix()
@@ -201,12 +206,17 @@ def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
     confounds.md)."""
     agg = ag.aggregate(exp_dir, experiment)
     tables = ag.write_tables(agg, out_dir / "tables")
+    study = st.build(exp_dir, experiment, agg)
+    tables.update({k: ag.write_csv(v, out_dir / "tables" / f"{k}.csv") for k, v in study.tables().items()})
     gi, gi_missing = _read_gradinit(exp_dir)
     if gi is not None:
         tables["gradinit_summary"] = ag.write_csv(_gradinit_summary(gi), out_dir / "tables" / "gradinit_summary.csv")
     figures = make_figures(agg, experiment, out_dir / "figures", gi)
-    confounds = write_confounds(experiment.to_dict(), out_dir / "confounds.md", ag.execution_facts(exp_dir, experiment))
-    return _Context(experiment, out_dir, agg, tables, figures, confounds, gi, gi_missing)
+    # the tuned baselines are a comparison of their own in the confound table
+    exp = experiment.to_dict()
+    exp["comparisons"] = {**exp["comparisons"], **study.tuned_comparisons}
+    confounds = write_confounds(exp, out_dir / "confounds.md", ag.execution_facts(exp_dir, experiment))
+    return _Context(experiment, out_dir, agg, tables, figures, confounds, gi, gi_missing, study)
 
 
 # --- the sections, in page order (SECTIONS below)
@@ -325,9 +335,117 @@ def _gradinit(ctx: _Context) -> list[str]:
     ]
 
 
-def _deviations(ctx: _Context) -> list[str]:
-    devs = ctx.experiment.deviations
-    return [_list(devs) if devs else "<p>None listed.</p>"]
+def _interval_cell(v: float, lo: float, hi: float) -> str:
+    """An estimate as one table cell: "1.23 [0.51, 1.95]", the value alone without an interval, "—" without one."""
+    if math.isnan(v):
+        return "—"
+    return fmt(v) if math.isnan(lo) else f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]"
+
+
+def _effects_view(effects: pd.DataFrame) -> pd.DataFrame:
+    """tables/effects.csv on the page: a row per (metric, budget), a column per term, then the counts."""
+    if effects.empty:
+        return effects
+    rows = []
+    for (metric, budget), g in effects.groupby(["metric", "budget"], sort=False):
+        first = g.iloc[0]
+        rows.append({"metric": metric, "budget": budget,
+                     **{r.effect: _interval_cell(r.estimate, r.ci_low, r.ci_high) for r in g.itertuples()},
+                     "n_seeds": first["n_seeds"], "n_left_out": first["n_left_out"],
+                     "n_missing": first["n_missing"], "note": g.loc[g["estimate"].notna(), "note"].iloc[0]
+                     if g["estimate"].notna().any() else first["note"]})
+    return pd.DataFrame(rows)
+
+
+def _cells_view(cells: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
+    """tables/cells.csv on the page: a row per run, a column per (metric, budget): mean [95% interval] (n)."""
+    if cells.empty:
+        return cells
+    text = cells.assign(cell=[f"{_interval_cell(r.mean, r.ci_low, r.ci_high)} ({r.n})" + (
+        f", {r.n_left_out} left out" if r.n_left_out else "") for r in cells.itertuples()],
+        column=cells["metric"] + " @ " + cells["budget"])
+    piv = text.pivot(index="run", columns="column", values="cell")
+    piv = piv.loc[[r for r in runs if r in piv.index], list(dict.fromkeys(text["column"]))]
+    piv.columns.name = None
+    return piv.reset_index()
+
+
+def _findings(ctx: _Context) -> list[str]:
+    return ["<p>Every sentence is filled in from the tables below (Claims; Effects at the fixed budget): the "
+            "measured value with its 95% interval over seeds, the status from the claims table, and the factors "
+            "the factorial fit attributes Figure 4's difference to.</p>", _list(ctx.study.findings)]
+
+
+def _effects(ctx: _Context) -> list[str]:
+    s = ctx.study
+    design = s.design.rename(columns={f: f"{f} (-1 {lo}, +1 {hi})" for f, (lo, hi) in LEVEL_WORDS.items()})
+    parts = [
+        "<p>Every factorial cell of a seed trains on the same batches, so an epoch is the same number of updates "
+        "and target tokens in every cell: a fixed budget. The cells are compared at the last epoch, at an earlier "
+        "epoch (<code>analysis.report.budget_epoch</code>), at equal training wall-clock (interpolated linearly "
+        "between each seed's checkpoints), and by the epochs and wall-clock each seed needs to reach "
+        f"{s.settings.target_fraction:.0%} of the best seed-mean BLEU on {_esc(s.split)} "
+        f"(target {fmt(s.target_bleu)} BLEU).</p>",
+        _table(s.budget_table, "budgets"),
+        "<h3>The design</h3><p>One run per cell, coded -1/+1 (sum-to-zero).</p>", _table(design, "design"),
+    ]
+    if s.design_notes:
+        parts += ["<p>Selected runs not in the fit:</p>", _list(s.design_notes)]
+    return parts + [
+        "<h3>Cells at each budget</h3><p>Seed mean [95% t interval] (finished seeds); a cell with fewer than two "
+        "finished seeds has no interval. Diverged or stopped seeds are left out and counted below.</p>",
+        _table(_cells_view(s.cells, ctx.experiment.select), "cells"),
+        "<h3>Main effects and interactions</h3><p>Ordinary least squares of y ~ norm * warmup * decay over the "
+        "finished seeds (statsmodels), seeds as replicates, each term as 2 beta: a main effect is the mean at the "
+        "high level minus the mean at the low level (norm: pre minus post; warmup: on minus off; decay: step minus "
+        "isqrt), interactions on the same scale; [95% interval]. On an incomplete design only the terms the cells "
+        "identify are fitted (the note says which are not); with one seed there are point estimates and no "
+        "interval.</p>",
+        _table(_effects_view(s.effects), "effects"),
+        f"<h3>Failures</h3><p>At the last epoch, per run: diverged, stopped, or finished below the BLEU floor "
+        f"({fmt(s.settings.bleu_floor)}, <code>analysis.report.bleu_floor</code>).</p>",
+        _table(s.failures, "failures"),
+    ]
+
+
+def _tuned(ctx: _Context) -> list[str]:
+    s, e = ctx.study, ctx.experiment
+    if not e.grids:
+        return ["<p>No grid is selected (config <code>grids:</code>): no tuned baselines.</p>"]
+    parts = [f"<p>Each grid's best run is the one with the lowest seed-mean validation loss at {_esc(s.last)}; the "
+             "selection never sees the test split. Grids whose bases are a configured comparison's two runs and "
+             "that try as many settings are compared tuned against tuned on the test split (difference b - a, "
+             "Welch's 95% interval), and appear in the confound table as <code>{comparison}_tuned</code>.</p>"]
+    for name, table in s.grids.items():
+        g = e.grids[name]
+        parts += [f"<h3>Grid <code>{_esc(name)}</code></h3><p>Base {_esc(g.base)}; varies "
+                  f"{_esc(', '.join(g.values))}; seeds {_esc(', '.join(map(str, g.seeds)))}; best: "
+                  f"{_esc(s.best.get(name, 'none scored yet'))}.</p>", _table(table, f"grid-{name}")]
+    return parts + ["<h3>Tuned against tuned (test split)</h3>", _table(s.tuned, "tuned")]
+
+
+def _claims(ctx: _Context) -> list[str]:
+    c = ctx.study.claims
+    view = c.assign(measured=[_interval_cell(r.measured, r.ci_low, r.ci_high) for r in c.itertuples()])
+    return [
+        "<p>Each published claim (<code>lnrepro/analysis/published.yaml</code>, with its source) against this "
+        f"experiment. Statuses: {_esc(', '.join(STATUSES))}. An absolute number is compared only at the paper's "
+        "dataset and model size; a relative claim is checked in a scale-free form (a ratio of epochs, the sign of "
+        "an effect, an exponent). Reproduced: the 95% interval contains the published value (within its stated "
+        "precision) and excludes the competing prediction, or excludes zero on the claimed side; not reproduced: "
+        "it excludes the published value or the claimed side; inconclusive otherwise, and always with one "
+        "seed.</p>",
+        _table(view.drop(columns=["ci_low", "ci_high"]), "claims"),
+    ]
+
+
+def _assumptions(ctx: _Context) -> list[str]:
+    e = ctx.experiment
+    return [
+        "<h3>Settings the paper does not state</h3>", _table(pd.DataFrame(unstated_rows(e)), "unstated"),
+        "<h3>This config against the paper's stated setup</h3>", _list(config_deviations(e) + recipe_notes(e)),
+        "<h3>The implementation</h3>", _list(e.deviations) if e.deviations else "<p>None listed.</p>",
+    ]
 
 
 def _where(ctx: _Context) -> list[str]:
@@ -347,13 +465,17 @@ def _files(ctx: _Context) -> list[str]:
 
 # (anchor, heading, section): the page's order and its table of contents.
 SECTIONS: tuple[tuple[str, str, Callable[[_Context], list[str]]], ...] = (
+    ("findings", "Findings", _findings),
     ("run", "What was run", _what_was_run),
     ("figure4", "Figure 4 reproduction", _figure4),
+    ("effects", "Effects at the fixed budget", _effects),
+    ("tuned", "Tuned baselines", _tuned),
+    ("claims", "Claims", _claims),
     ("confounds", "Confounds", _confounds),
     ("stability", "Stability", _stability),
     ("wallclock", "Wall-clock", _wallclock),
     ("gradinit", "Gradient at initialization", _gradinit),
-    ("deviations", "Deviations from the paper", _deviations),
+    ("assumptions", "Assumptions and deviations", _assumptions),
     ("where", "Where it ran", _where),
     ("files", "Files", _files),
 )

@@ -33,8 +33,8 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         return tuple(value)
     if origin in (dict, Mapping, typing.Mapping) or tp in (dict,):
         args = typing.get_args(tp)
-        if len(args) == 2 and isinstance(args[1], type) and issubclass(args[1], Section):
-            return {k: args[1].from_dict(v, f"{where}.{k}") for k, v in value.items()}
+        if len(args) == 2:  # each value as the value type: sections built, tuples from lists
+            return {k: _convert(args[1], v, f"{where}.{k}") for k, v in value.items()}
         return dict(value)
     if origin in (typing.Union, types.UnionType) and value is not None:
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -226,14 +226,49 @@ class Comparison(Section):
 
 @dataclass(frozen=True)
 class GradinitSettings(Section):
-    batches: int = 8
-    seeds: tuple[int, ...] = (1,)
+    """analysis.gradinit: the expected gradient at initialization (Xiong et al. 2020, Section 3.4, Figure 3)."""
+
+    batches: int = 8  # K mini-batches per model (at least 2: the noise is their spread)
+    seeds: tuple[int, ...] = (1, 2, 3)
     max_tokens: int = 4096
+    depths: tuple[int, ...] = (6, 8, 10, 12, 14)  # encoder = decoder layers L (the paper's Figure 3(c))
+    d_model: int | None = None  # None: the experiment's width (defaults.model)
+    ffn_dim: int | None = None
+    heads: int | None = None
+    label_smoothing: float = 0.0  # the theorem's loss has none
+    dropout: bool = False  # the theorem's model has none
+    precision: str = "fp32"  # fp32 | bf16 (autocast)
+    after_warmup_run: str | None = "postln_warmup_isqrt"  # measured at its end of warm-up when selected
+
+
+@dataclass(frozen=True)
+class ReportSettings(Section):
+    """analysis.report: the budgets and thresholds of the report's comparisons (lnrepro.analysis.budget)."""
+
+    budget_epoch: int | None = None  # the earlier budget; None: three quarters of the training (15 of 20)
+    target_fraction: float = 0.95  # updates-to-target: the first epoch at this fraction of the best BLEU
+    bleu_floor: float = 1.0  # a finished seed whose last-epoch BLEU is below this counts as failed
 
 
 @dataclass(frozen=True)
 class AnalysisSettings(Section):
     gradinit: GradinitSettings = GradinitSettings()
+    report: ReportSettings = ReportSettings()
+
+
+@dataclass(frozen=True)
+class GridSettings(Section):
+    """One grid of the experiment: runs ``{base}__{key}={value}__...``, one per combination of ``values``.
+
+    ``values`` maps dotted keys (``optim.lr_max``) to the values tried, ``seeds`` are the seeds every run of
+    the grid trains (the experiment's unless the grid has its own), ``runs`` the grid's selected runs, in
+    the order of the combinations (the first key varies slowest).
+    """
+
+    base: str
+    values: dict[str, tuple[Any, ...]]
+    seeds: tuple[int, ...]
+    runs: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -251,8 +286,8 @@ class Experiment(Section):
     """What ``experiment.json`` holds (the report's and gradinit's input): the whole resolved experiment."""
 
     name: str
-    select: tuple[str, ...]
-    seeds: tuple[int, ...]
+    select: tuple[str, ...]  # every selected run (a grid named in select stands for its runs)
+    seeds: tuple[int, ...]  # the seeds of a run outside any grid
     runs: dict[str, RunSettings]  # the selected runs, resolved
     comparisons: dict[str, Comparison]
     eval: EvalSettings
@@ -260,6 +295,7 @@ class Experiment(Section):
     bpe: BpeSettings
     model: ModelSettings  # defaults.model: the width gradinit analyses
     analysis: AnalysisSettings
+    grids: dict[str, GridSettings] = field(default_factory=dict)  # the grids with a selected run
     notes: str = ""
     scaling: dict[str, Any] | None = None
     deviations: tuple[str, ...] = ()
@@ -268,6 +304,11 @@ class Experiment(Section):
     def epochs(self) -> int:
         """Epochs (= checkpoints) of every selected run; the load-time check makes them equal."""
         return self.runs[self.select[0]].train.epochs
+
+    def seeds_of(self, run: str) -> tuple[int, ...]:
+        """The seeds ``run`` trains: its grid's (all its grids', when several generate it), else ``seeds``."""
+        own = [seed for grid in self.grids.values() if run in grid.runs for seed in grid.seeds]
+        return tuple(dict.fromkeys(own)) or self.seeds
 
     def run_config(self, run: str, seed: int, runs: Mapping[str, RunSettings] | None = None) -> RunConfig:
         s = (runs or self.runs)[run]

@@ -1,0 +1,206 @@
+"""The fixed budgets the cells are compared at, and each seed's outcome there (one job: per-seed observations).
+
+Every factorial cell of a seed trains on the same batches, so epoch k is the same number of updates and of
+target tokens in every cell: an epoch is a fixed training budget. The report compares the cells at the last
+epoch, at an earlier epoch (``analysis.report.budget_epoch``; default three quarters of the training), at
+equal training wall-clock (each seed's scores interpolated linearly between its checkpoints' cumulative
+training wall-clock, at the largest time every finished seed reached), and by the epochs and wall-clock each
+seed needs to reach ``target_fraction`` of the best seed-mean BLEU.
+
+A seed's outcome at a budget is ``ok``, ``diverged`` or ``stopped`` (failures: left out of the fits, counted
+in the failure rates), ``not reached`` (finished without reaching the BLEU target) or ``missing`` (not
+trained or scored that far yet).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..config.settings import ReportSettings
+
+OK, DIVERGED, STOPPED, NOT_REACHED, MISSING = "ok", "diverged", "stopped", "not reached", "missing"
+FAILED = (DIVERGED, STOPPED)
+TO_TARGET = ("epochs_to_target", "wall_s_to_target")
+OBS_COLUMNS = ["run", "seed", "budget", "metric", "value", "outcome"]
+LEVEL = 0.95  # every interval of the report: 95%, t over seeds
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One budget: ``kind`` last | early (an epoch) | wall (training wall-clock) | target (time to a BLEU)."""
+
+    label: str
+    kind: str
+    epoch: int | None = None
+    wall_s: float | None = None
+
+
+def three_quarters(epochs: int) -> int:
+    """The epoch at three quarters of the training, rounded half up (15 of 20, 5 of 6)."""
+    return max(1, math.floor(0.75 * epochs + 0.5))
+
+
+def metric_columns(split: str) -> tuple[str, str]:
+    """The two scores compared at every budget: validation loss (base 2, as the paper plots it) and BLEU."""
+    return f"{split}_loss_base2", f"{split}_bleu_tok"
+
+
+def _outcome(status: str) -> str:
+    return status if status in (OK, *FAILED) else MISSING
+
+
+def best_bleu(epochs: pd.DataFrame, split: str) -> float:
+    """The best seed-mean tokenized BLEU any run reaches at any epoch (NaN when nothing is scored)."""
+    ok = epochs[epochs["status"] == OK]
+    return float(ok.groupby(["run", "epoch"])[f"{split}_bleu_tok"].mean().max()) if len(ok) else math.nan
+
+
+def budgets(epochs: pd.DataFrame, n_epochs: int, settings: ReportSettings) -> list[Budget]:
+    """The last epoch, the earlier epoch (left out when it is not before the last), equal wall-clock (the
+    smallest last-epoch training wall-clock of the seeds that finished; left out before any did) and the
+    time to the BLEU target."""
+    out = [Budget(f"epoch {n_epochs}", "last", epoch=n_epochs)]
+    early = settings.budget_epoch or three_quarters(n_epochs)
+    if early < n_epochs:
+        out.append(Budget(f"epoch {early}", "early", epoch=early))
+    done = epochs[(epochs["epoch"] == n_epochs) & (epochs["status"] == OK)]["train_wall_s"].dropna()
+    if len(done):
+        wall = float(done.min())
+        out.append(Budget(f"wall-clock {wall:.0f} s", "wall", wall_s=wall))
+    out.append(Budget(f"{settings.target_fraction:.0%} of the best BLEU", "target"))
+    return out
+
+
+def _at_wall(g: pd.DataFrame, wall: float, cols: Sequence[str]) -> tuple[list[float], str]:
+    """A seed's ``cols`` at training wall-clock ``wall``, interpolated between its scored checkpoints."""
+    ok = g[g["status"] == OK].dropna(subset=["train_wall_s"])
+    if len(ok) and ok["train_wall_s"].min() <= wall <= ok["train_wall_s"].max():
+        return [float(np.interp(wall, ok["train_wall_s"], ok[c])) for c in cols], OK
+    failed = g[g["status"].isin(FAILED)]
+    return [math.nan] * len(cols), str(failed["status"].iloc[0]) if len(failed) else MISSING
+
+
+def _to_target(g: pd.DataFrame, bleu_col: str, target: float, n_epochs: int) -> tuple[list[float], str]:
+    """A seed's first epoch (and its training wall-clock) with BLEU >= ``target``."""
+    hit = g[(g["status"] == OK) & (g[bleu_col] >= target)]
+    if len(hit):
+        first = hit.iloc[0]
+        return [float(first["epoch"]), float(first["train_wall_s"])], OK
+    failed = g[g["status"].isin(FAILED)]
+    if len(failed):
+        return [math.nan] * 2, str(failed["status"].iloc[0])
+    last = g[g["epoch"] == n_epochs]
+    return [math.nan] * 2, NOT_REACHED if len(last) and last["status"].iloc[0] == OK else MISSING
+
+
+def observations(epochs: pd.DataFrame, budget_list: Iterable[Budget], split: str, target: float,
+                 n_epochs: int) -> pd.DataFrame:
+    """One row per (run, seed, budget, metric): the value (NaN unless ok) and the seed's outcome there.
+    Epoch and wall-clock budgets observe the loss and BLEU of ``split``; the target budget the epochs and
+    training wall-clock to ``target`` BLEU."""
+    cols = list(metric_columns(split))
+    rows = []
+    for (run, seed), g in epochs.sort_values("epoch").groupby(["run", "seed"], sort=False):
+        for b in budget_list:
+            names = TO_TARGET if b.kind == "target" else cols
+            if b.kind == "target":
+                values, outcome = _to_target(g, cols[1], target, n_epochs)
+            elif b.kind == "wall":
+                values, outcome = _at_wall(g, b.wall_s, cols)
+            else:
+                at = g[g["epoch"] == b.epoch]
+                outcome = _outcome(str(at["status"].iloc[0])) if len(at) else MISSING
+                values = [float(at[c].iloc[0]) if outcome == OK else math.nan for c in cols]
+            rows += [{"run": run, "seed": seed, "budget": b.label, "metric": m, "value": v, "outcome": outcome}
+                     for m, v in zip(names, values)]
+    return pd.DataFrame(rows, columns=OBS_COLUMNS)
+
+
+def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float, float]:
+    """(mean, standard deviation, t-interval low, high) of ``values``; no spread or interval (NaN) from
+    fewer than two."""
+    from scipy import stats
+
+    v = np.asarray(values, dtype=float)
+    if len(v) == 0:
+        return (math.nan,) * 4
+    mean = float(v.mean())
+    if len(v) < 2:
+        return mean, math.nan, math.nan, math.nan
+    sd = float(v.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, len(v) - 1)) * sd / math.sqrt(len(v))
+    return mean, sd, mean - half, mean + half
+
+
+def cell_table(obs: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
+    """Per (budget, metric, run): finished seeds ``n``, their mean, standard deviation and 95% t interval (a
+    cell with fewer than two finished seeds gets none), ``n_left_out`` (diverged, stopped or never reaching
+    the target) and ``n_missing``."""
+    cols = ["budget", "metric", "run", "n", "mean", "std", "ci_low", "ci_high", "n_left_out", "n_missing"]
+    groups = dict(list(obs.groupby(["budget", "metric", "run"], sort=False)))
+    rows = []
+    for budget, metric in dict.fromkeys(zip(obs["budget"], obs["metric"])):  # budgets, then metrics, as observed
+        for run in (r for r in runs if (budget, metric, r) in groups):
+            g = groups[(budget, metric, run)]
+            ok = g[g["outcome"] == OK]["value"].dropna()
+            mean, sd, lo, hi = mean_interval(ok.tolist())
+            rows.append({"budget": budget, "metric": metric, "run": run, "n": len(ok), "mean": mean, "std": sd,
+                         "ci_low": lo, "ci_high": hi,
+                         "n_left_out": int(g["outcome"].isin([*FAILED, NOT_REACHED]).sum()),
+                         "n_missing": int((g["outcome"] == MISSING).sum())})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def failure_table(epochs: pd.DataFrame, runs: Sequence[str], n_epochs: int, split: str, floor: float) -> pd.DataFrame:
+    """Per run, each seed's fate at the last epoch: diverged, stopped, finished below the BLEU ``floor``
+    (all three count as failed), finished, or not there yet; ``failure_rate`` = failed / seeds with a fate."""
+    bleu = f"{split}_bleu_tok"
+    last = epochs[epochs["epoch"] == n_epochs]
+    rows = []
+    for run in runs:
+        g = last[last["run"] == run]
+        ok = g[g["status"] == OK]
+        n_div, n_stop = int((g["status"] == DIVERGED).sum()), int((g["status"] == STOPPED).sum())
+        n_low = int((ok[bleu] < floor).sum())
+        n_failed, n_fate = n_div + n_stop + n_low, n_div + n_stop + len(ok)
+        rows.append({"run": run, "n_seeds": len(g), "n_diverged": n_div, "n_stopped": n_stop,
+                     "n_below_floor": n_low, "n_failed": n_failed, "n_unfinished": len(g) - n_fate,
+                     "failure_rate": n_failed / n_fate if n_fate else math.nan})
+    return pd.DataFrame(rows)
+
+
+def _spread(values: pd.Series) -> str:
+    """One number when every seed and cell agrees, else "min–max"."""
+    v = values.dropna()
+    if v.empty:
+        return ""
+    lo, hi = int(v.min()), int(v.max())
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
+def budget_table(prog: pd.DataFrame, budget_list: Iterable[Budget], runs: Sequence[str]) -> pd.DataFrame:
+    """Per budget, what it is in updates, target tokens and epochs over the finished seeds of ``runs``
+    (one number when every cell and seed has the same), and how it was measured."""
+    prog = prog[prog["run"].isin(runs) & (prog["status"] == OK)]
+    rows = []
+    for b in budget_list:
+        at = prog[prog["epoch"] == b.epoch] if b.epoch else prog.iloc[0:0]
+        how = {"last": "the last checkpoint", "early": "an earlier checkpoint (analysis.report.budget_epoch)",
+               "wall": "equal training wall-clock: each seed's scores interpolated linearly between its "
+                       "checkpoints' cumulative training wall-clock (the hardware of 'Where it ran')",
+               "target": "epochs and training wall-clock to the first checkpoint at the BLEU target"}[b.kind]
+        rows.append({"budget": b.label, "epoch": b.epoch, "updates": _spread(at["updates"]),
+                     "target_tokens": _spread(at["target_tokens"]),
+                     "wall_s": b.wall_s if b.wall_s is not None else math.nan,
+                     "same_in_every_cell": bool(at["updates"].nunique() <= 1 and at["target_tokens"].nunique() <= 1)
+                     if len(at) else math.nan, "how": how})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["Budget", "budgets", "observations", "cell_table", "failure_table", "budget_table", "mean_interval",
+           "best_bleu", "three_quarters", "metric_columns"]

@@ -1,0 +1,294 @@
+"""Each published claim against what this experiment measured (one job: the claims table and its sentences).
+
+The published numbers live in ``published.yaml`` beside this module, each with its source. A claim's
+``measure`` says how its value is computed from the report's tables (``MEASURES``); its status is one of
+``STATUSES``:
+
+- not measured: no selected run is the claim's setup (or the stage that measures it has not run);
+- not measured at this scale: an absolute number where the dataset or model size is not the paper's (the
+  measured value is still shown beside it);
+- reproduced: the measured 95% interval contains the published value (within its stated precision) and
+  excludes the competing prediction where there is one, or, for a directional claim, excludes zero on the
+  claimed side;
+- not reproduced: the interval excludes the published value, or lies on the other side of zero;
+- inconclusive: otherwise, and always when there is no interval (one seed).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+import yaml
+
+from ..config.settings import Experiment
+from ..errors import LnReproError
+from ..norms import NORMS
+from . import effects as ef
+from .budget import OK, mean_interval
+from .tables import grid_of
+
+PUBLISHED = Path(__file__).with_name("published.yaml")
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+NOT_AT_SCALE, NOT_MEASURED = "not measured at this scale", "not measured"
+STATUSES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_AT_SCALE, NOT_MEASURED)
+CLAIM_COLUMNS = ["id", "claim", "source", "kind", "published", "measured", "ci_low", "ci_high", "n_seeds",
+                 "measured_as", "scale", "status", "note"]
+# Measures another stage fills in: until it does, their claims are "not measured".
+PENDING = {"gradinit_exponent": "the gradient-at-initialization fit is not wired into the claims yet",
+           "gradinit_last_layer": "the gradient-at-initialization fit is not wired into the claims yet"}
+SIZE_KEYS = ("encoder_layers", "decoder_layers", "d_model", "ffn_dim", "heads")
+
+
+@functools.cache
+def published() -> dict[str, Any]:
+    """published.yaml: ``paper`` (citation, scale, setup), ``figure4`` and ``claims``."""
+    with open(PUBLISHED, encoding="utf-8") as f:
+        data = yaml.safe_load(f)
+    for c in data["claims"]:
+        kind = c["measure"]["kind"]
+        if kind not in MEASURES and kind not in PENDING:
+            raise LnReproError(f"{PUBLISHED}: claim {c['id']}: unknown measure kind {kind!r}")
+    return data
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A claim's measured value with its 95% interval (NaN: none), or, with value NaN, why there is none."""
+
+    value: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    n_seeds: int = 0
+    measured_as: str = ""
+    scale: str = ""
+    at_scale: bool = True  # the paper's dataset and model size
+    meets_setup: bool = True  # the run has every setting the claim names
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The tables the measures read."""
+
+    experiment: Experiment
+    epochs: pd.DataFrame  # aggregate's per (run, seed, epoch)
+    cells: pd.DataFrame  # budget.cell_table
+    fits: Mapping[tuple[str, str], ef.Fit]  # (metric, budget label) -> fit
+    last: str  # the last-epoch budget's label
+
+
+def _levels(cell: Mapping[str, Any]) -> str:
+    """A cell in words: "Post-LN, warm-up, isqrt decay"."""
+    norm = NORMS[cell["norm"]].label if cell["norm"] in NORMS else cell["norm"]
+    return f"{norm}, {'warm-up' if cell['warmup'] else 'no warm-up'}, {cell['decay']} decay"
+
+
+def cell_runs(experiment: Experiment, cell: Mapping[str, Any]) -> list[str]:
+    """The selected runs with the cell's factor levels: runs of their own first, then grid runs (select order)."""
+    runs = [r for r in experiment.select if experiment.runs[r].factors == dict(cell)]
+    return sorted(runs, key=lambda r: bool(grid_of(experiment, r)))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(a, b, rel_tol=1e-9)
+    return a == b
+
+
+def _differences(experiment: Experiment, run: str, settings: Mapping[str, Any]) -> list[str]:
+    """The claim's settings ``run`` does not have, as "key value (claim: value)"."""
+    flat = experiment.runs[run].flat()
+    return [f"{k} {flat.get(k)!r} (claim: {v!r})" for k, v in settings.items() if not _same(flat.get(k), v)]
+
+
+def scale_of(experiment: Experiment, run: str) -> tuple[str, bool]:
+    """Where ``run`` was measured, in words, and whether that is the paper's dataset and model size."""
+    paper = published()["paper"]["scale"]
+    m = experiment.runs[run].model
+    size = {k: getattr(m, k) for k in SIZE_KEYS}
+    text = (f"{experiment.data.dataset}, {size['encoder_layers']}+{size['decoder_layers']} layers, d_model "
+            f"{size['d_model']}, FFN {size['ffn_dim']}, {size['heads']} heads")
+    return text, experiment.data.dataset == paper["dataset"] and size == paper["model"]
+
+
+def _cell_value(ev: Evidence, run: str, metric: str) -> pd.Series | None:
+    """The last epoch's row of the cell table for ``run`` and ``metric``."""
+    c = ev.cells
+    row = c[(c["budget"] == ev.last) & (c["metric"] == metric) & (c["run"] == run)]
+    return row.iloc[0] if len(row) else None
+
+
+def _measure_cell(ev: Evidence, m: Mapping[str, Any]) -> Measured:
+    """A cell's metric at the last epoch: seed mean and t interval."""
+    runs = cell_runs(ev.experiment, m["cell"])
+    if not runs:
+        return Measured(note=f"no selected run is {_levels(m['cell'])}")
+    settings = m.get("settings", {})
+    meeting = [r for r in runs if not _differences(ev.experiment, r, settings)]
+    run = (meeting or runs)[0]
+    metric = f"{m['split']}_{m['metric']}"
+    scale, at_scale = scale_of(ev.experiment, run)
+    notes = [] if meeting else [f"settings differ: {'; '.join(_differences(ev.experiment, run, settings))}"]
+    row = _cell_value(ev, run, metric)
+    if row is None or row["n"] == 0:
+        left = f"{int(row['n_left_out'])} failed, {int(row['n_missing'])} missing" if row is not None else "not scored"
+        return Measured(scale=scale, at_scale=at_scale, note="; ".join([*notes, f"{run}: no finished seed ({left})"]))
+    if row["n_left_out"]:
+        notes.append(f"{int(row['n_left_out'])} seed(s) diverged or stopped, left out")
+    return Measured(row["mean"], row["ci_low"], row["ci_high"], int(row["n"]), f"{run}, {metric} at {ev.last}",
+                    scale, at_scale, bool(meeting), "; ".join(notes))
+
+
+def _first_epoch(g: pd.DataFrame, col: str, target: float) -> float:
+    hit = g[(g["status"] == OK) & (g[col] >= target)]
+    return float(hit["epoch"].min()) if len(hit) else math.nan
+
+
+def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
+    """Per seed trained in both cells: the first epoch the fast cell's BLEU reaches the slow cell's BLEU at
+    ``at`` of its training, over that epoch (the paper's 9/15); mean and t interval over the seeds."""
+    fast, slow = (cell_runs(ev.experiment, m[k]) for k in ("fast", "slow"))
+    if not fast or not slow:
+        return Measured(note=f"needs a selected run for {_levels(m['fast'])} and for {_levels(m['slow'])}")
+    fast_run, slow_run = fast[0], slow[0]
+    k = max(1, math.floor(m["at"] * ev.experiment.epochs + 0.5))
+    col = f"{m['split']}_bleu_tok"
+    e = ev.epochs
+    ratios, left = [], 0
+    for seed in sorted(set(e.loc[e["run"] == fast_run, "seed"]) & set(e.loc[e["run"] == slow_run, "seed"])):
+        ref = e[(e["run"] == slow_run) & (e["seed"] == seed) & (e["epoch"] == k) & (e["status"] == OK)]
+        first = _first_epoch(e[(e["run"] == fast_run) & (e["seed"] == seed)], col, ref[col].iloc[0]) \
+            if len(ref) else math.nan
+        if math.isnan(first):
+            left += 1
+        else:
+            ratios.append(first / k)
+    scale, at_scale = scale_of(ev.experiment, fast_run)
+    note = f"{left} seed(s) left out (not scored, failed, or never reaching the target)" if left else ""
+    if not ratios:
+        return Measured(scale=scale, at_scale=at_scale, note=note or "no seed trained in both cells")
+    mean, _, lo, hi = mean_interval(ratios)
+    what = f"epochs {fast_run} needs to reach {slow_run}'s {col} at epoch {k}, over {k}"
+    return Measured(mean, lo, hi, len(ratios), what, scale, at_scale, True, note)
+
+
+def _measure_simple_effect(ev: Evidence, m: Mapping[str, Any]) -> Measured:
+    """A factor's effect with other factors held (the warm-up effect for Post-LN), from the factorial fit."""
+    metric = f"{m['split']}_{m['metric']}"
+    f = ev.fits.get((metric, ev.last))
+    est = ef.simple_effect(f, m["factor"], m["at"]) if f is not None else None
+    held = ", ".join(f"{g} {v}" for g, v in m["at"].items())
+    if est is None:
+        return Measured(note=f"the factorial fit of {metric} at {ev.last} does not identify "
+                             f"{m['factor']} at {held}")
+    run = ev.experiment.select[0]
+    scale, at_scale = scale_of(ev.experiment, run)
+    what = f"{ef.EFFECT_WORDS[m['factor']]} at {held}, {metric} at {ev.last} (factorial fit)"
+    return Measured(*est, f.n_seeds, what, scale, at_scale, True, f.note)
+
+
+MEASURES: dict[str, Callable[[Evidence, Mapping[str, Any]], Measured]] = {
+    "cell": _measure_cell, "epoch_ratio": _measure_epoch_ratio, "simple_effect": _measure_simple_effect,
+}
+
+
+def status(claim: Mapping[str, Any], m: Measured) -> str:
+    """The claim's status (see the module docstring); a reference is never compared (its setup is not run)."""
+    kind = claim["kind"]
+    if kind == "reference":
+        return NOT_MEASURED
+    if kind == "absolute" and m.scale and not m.at_scale:  # the scale first: the setup could not be the paper's
+        return NOT_AT_SCALE
+    if math.isnan(m.value) or not m.meets_setup:
+        return NOT_MEASURED
+    if math.isnan(m.ci_low) or math.isnan(m.ci_high):
+        return INCONCLUSIVE
+    if kind == "directional":
+        lo, hi = sorted((m.ci_low * claim["side"], m.ci_high * claim["side"]))
+        return REPRODUCED if lo > 0 else NOT_REPRODUCED if hi < 0 else INCONCLUSIVE
+    value, tol = float(claim["published"]), float(claim.get("tolerance", 0.0))
+    if m.ci_high < value - tol or m.ci_low > value + tol:
+        return NOT_REPRODUCED
+    competing = claim.get("competing")
+    if competing is not None and m.ci_low <= float(competing) <= m.ci_high:
+        return INCONCLUSIVE
+    return REPRODUCED
+
+
+def _published_text(c: Mapping[str, Any]) -> str:
+    if "spread" in c:
+        return f"{c['published']} ± {c['spread']}"
+    if c.get("tolerance"):
+        return f"{c['published']} (about: ± {c['tolerance']:g})"
+    return str(c["published"])
+
+
+def measure(claim: Mapping[str, Any], ev: Evidence) -> Measured:
+    kind = claim["measure"]["kind"]
+    return Measured(note=PENDING[kind]) if kind in PENDING else MEASURES[kind](ev, claim["measure"])
+
+
+def claims_table(ev: Evidence) -> pd.DataFrame:
+    """tables/claims.csv: every claim of published.yaml, its measured value, interval, scale and status."""
+    rows = []
+    for c in published()["claims"]:
+        m = measure(c, ev)
+        note = "; ".join(x for x in (f"their setup: {c['setup']}" if "setup" in c else "", m.note) if x)
+        rows.append({"id": c["id"], "claim": c["claim"], "source": c["source"], "kind": c["kind"],
+                     "published": _published_text(c), "measured": m.value, "ci_low": m.ci_low,
+                     "ci_high": m.ci_high, "n_seeds": m.n_seeds, "measured_as": m.measured_as, "scale": m.scale,
+                     "status": status(c, m), "note": note})
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def fmt(v: float) -> str:
+    """A measured number in a sentence: four significant digits."""
+    return f"{v:.4g}"
+
+
+def interval_text(value: float, lo: float, hi: float, n: int) -> str:
+    """"33.1 (95% interval 32.5 to 33.7, 3 seeds)", or the value with why there is no interval."""
+    if math.isnan(lo):
+        return f"{fmt(value)} ({'one seed: no interval exists' if n <= 1 else 'no interval'})"
+    return f"{fmt(value)} (95% interval {fmt(lo)} to {fmt(hi)}, {n} seeds)"
+
+
+def claim_sentence(row: Mapping[str, Any]) -> str:
+    """One Findings sentence, filled in from a row of the claims table."""
+    head = f"{row['claim'].rstrip('.')} ({row['source']}): published {row['published']}"
+    note = f" ({row['note']})" if row["note"] else ""
+    if math.isnan(row["measured"]):
+        return f"{head}; {row['status']}{note}."
+    measured = interval_text(row["measured"], row["ci_low"], row["ci_high"], row["n_seeds"])
+    return f"{head}, measured {measured} from {row['measured_as']} ({row['scale']}): {row['status']}{note}."
+
+
+def _share(factor: str, est: tuple[float, float, float]) -> str:
+    v, lo, hi = est
+    return f"{factor} {fmt(v)}" + ("" if math.isnan(lo) else f" [{fmt(lo)}, {fmt(hi)}]")
+
+
+def attribution_sentence(attr: ef.Attribution | None, metric: str, budget: str) -> str:
+    """Which factors the factorial fit attributes Figure 4's difference in ``metric`` to, largest first. A
+    factor's share is its main effect signed by its change from the Post-LN cell to the Pre-LN cell."""
+    fig = published()["figure4"]
+    pair = f"{_levels(fig['high'])} minus {_levels(fig['low'])}"
+    if attr is None:
+        return (f"Figure 4's difference in {metric} at {budget} ({pair}): the cells with data do not identify the "
+                "main effects of the factors the pair changes, so the design attributes it to none.")
+    head = f"Figure 4's difference in {metric} at {budget} ({pair}) is {interval_text(*attr.difference, attr.n_seeds)}"
+    shares = "; ".join(_share(g, est) for g, est in attr.contributions.items())
+    if math.isnan(attr.difference[1]):
+        verdict = "without intervals the design attributes it to no factor"
+    elif attr.attributed:
+        verdict = f"the factorial design attributes it to {', then '.join(attr.attributed)}"
+    else:
+        verdict = "no factor's share excludes zero with its sign: the design attributes it to none"
+    return f"{head}; {verdict} (shares, main effect x change: {shares})."

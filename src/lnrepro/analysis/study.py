@@ -1,0 +1,100 @@
+"""Everything the report's data, effects, tuned-baseline and claims sections read, computed once from the
+aggregate (one job: wire tables.py, budget.py, effects.py, tuned.py and claims.py together)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..config.settings import Experiment, ReportSettings
+from . import aggregate as ag
+from . import budget as bu
+from . import claims as cl
+from . import effects as ef
+from . import tables as tb
+from . import tuned as tu
+
+
+@dataclass
+class Study:
+    """The report's analysis of one experiment (see each module for what its tables mean)."""
+
+    settings: ReportSettings
+    split: str  # the headline split (valid)
+    last: str  # the last-epoch budget's label
+    target_bleu: float  # settings.target_fraction x the best seed-mean BLEU
+    budgets: list[bu.Budget]
+    scores_long: pd.DataFrame
+    run_facts: pd.DataFrame
+    budget_table: pd.DataFrame
+    observations: pd.DataFrame  # headline split and time to target; other splits in other_observations
+    other_observations: pd.DataFrame
+    cells: pd.DataFrame  # every split's
+    failures: pd.DataFrame
+    design: pd.DataFrame
+    design_notes: list[str]
+    fits: dict[tuple[str, str], ef.Fit]
+    effects: pd.DataFrame
+    grids: dict[str, pd.DataFrame]  # grid name -> its table
+    best: dict[str, str]  # grid name -> its selected run
+    tuned: pd.DataFrame
+    tuned_comparisons: dict[str, dict[str, Any]]  # for the confound analysis
+    claims: pd.DataFrame
+    findings: list[str]
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The CSV files of tables/ this analysis adds."""
+        grids = [g.assign(grid=name) for name, g in self.grids.items()]
+        return {"scores_long": self.scores_long, "runs": self.run_facts, "budgets": self.budget_table,
+                "cells": self.cells, "failures": self.failures, "effects": self.effects, "claims": self.claims,
+                "tuned_grids": pd.concat(grids, ignore_index=True) if grids else pd.DataFrame(columns=["grid", "run"]),
+                "tuned": self.tuned}
+
+
+def _findings(claims: pd.DataFrame, fits: dict[tuple[str, str], ef.Fit], split: str, last: str) -> list[str]:
+    """One sentence per claim, then Figure 4's difference split into the factors, per metric."""
+    fig = cl.published()["figure4"]
+    out = [cl.claim_sentence(row) for row in claims.to_dict("records")]
+    for metric in bu.metric_columns(split):
+        f = fits.get((metric, last))
+        out.append(cl.attribution_sentence(ef.attribute(f, fig["low"], fig["high"]) if f else None, metric, last))
+    return out
+
+
+def build(exp_dir: Path, experiment: Experiment, agg: ag.Aggregate) -> Study:
+    """The study of ``agg`` (aggregate.aggregate of ``exp_dir``)."""
+    settings, split, epochs = experiment.analysis.report, agg.split, agg.epochs
+    prog = tb.progress(epochs, ag.summary_table(exp_dir, experiment), experiment)
+    budget_list = bu.budgets(epochs, experiment.epochs, settings)
+    last = budget_list[0].label
+    target = settings.target_fraction * bu.best_bleu(epochs, split)
+    obs = bu.observations(epochs, budget_list, split, target, experiment.epochs)
+    at_epochs = [b for b in budget_list if b.kind != "target"]
+    other = pd.concat([bu.observations(epochs, at_epochs, sp, target, experiment.epochs)
+                       for sp in experiment.eval.splits if sp != split] or [obs.iloc[0:0]], ignore_index=True)
+    cells = bu.cell_table(pd.concat([obs, other], ignore_index=True), experiment.select)
+    design, design_notes = ef.design(experiment)
+    fits = ef.fits(obs, design)
+    grid_runs = {name: g.runs for name, g in experiment.grids.items()}
+    loss, bleu = bu.metric_columns(split)
+    best = tu.best_of(cells, grid_runs, last, loss)
+    pairs = tu.tuned_pairs(experiment)
+    test_metrics = [f"test_{m}" for m in ("bleu_tok", "loss_base2")]
+    claims = cl.claims_table(cl.Evidence(experiment, epochs, cells, fits, last))
+    return Study(
+        settings=settings, split=split, last=last, target_bleu=target, budgets=budget_list,
+        scores_long=tb.scores_long(epochs, prog, experiment.eval.splits),
+        run_facts=tb.run_facts(experiment, ag.execution_facts(exp_dir, experiment), agg.wallclock),
+        budget_table=bu.budget_table(prog, budget_list, design["run"].tolist()),
+        observations=obs, other_observations=other, cells=cells,
+        failures=bu.failure_table(epochs, experiment.select, experiment.epochs, split, settings.bleu_floor),
+        design=design, design_notes=design_notes, fits=fits, effects=ef.effects_table(fits),
+        grids={name: tu.grid_table(cells, experiment, g.runs, list(g.values), last, [loss, bleu, *test_metrics],
+                                   best.get(name)) for name, g in experiment.grids.items()},
+        best=best, tuned=tu.tuned_table(other, pairs, best, last, test_metrics),
+        tuned_comparisons=tu.tuned_comparisons(experiment, pairs, best), claims=claims,
+        findings=_findings(claims, fits, split, last),
+    )

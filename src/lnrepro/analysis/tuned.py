@@ -1,0 +1,116 @@
+"""Tuned baselines (one job: select each grid's best run and compare tuned against tuned).
+
+Each grid's best run is the one with the lowest seed-mean validation loss at the last epoch (the selection
+never sees the test split). Two grids are compared when their bases are the two runs of a configured
+comparison and they try the same number of settings (an equal tuning budget for both arms); the comparison is
+on the test split, as the difference of the two tuned runs' seed means with Welch's 95% interval, and it
+enters the confound table as a comparison of its own (``{comparison}_tuned``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from ..config.settings import Experiment
+from .budget import LEVEL, OK
+from .tables import setting_cell
+
+TUNED_COLUMNS = ["comparison", "grid_a", "run_a", "grid_b", "run_b", "metric", "mean_a", "mean_b", "difference",
+                 "ci_low", "ci_high", "n_a", "n_b"]
+
+
+@dataclass(frozen=True)
+class TunedPair:
+    """Two grids whose best runs are compared: the comparison their bases make."""
+
+    comparison: str
+    grid_a: str
+    grid_b: str
+
+
+def best_of(cells: pd.DataFrame, grids: Mapping[str, Sequence[str]], budget: str, metric: str) -> dict[str, str]:
+    """Grid name -> its run with the lowest seed mean of ``metric`` at ``budget`` (grids with nothing scored
+    are left out)."""
+    out = {}
+    for name, runs in grids.items():
+        rows = cells[(cells["budget"] == budget) & (cells["metric"] == metric) & cells["run"].isin(runs)
+                     & (cells["n"] > 0)]
+        if len(rows):
+            out[name] = str(rows.loc[rows["mean"].idxmin(), "run"])
+    return out
+
+
+def grid_table(cells: pd.DataFrame, experiment: Experiment, runs: Sequence[str], varied: Sequence[str],
+               budget: str, metrics: Sequence[str], best: str | None) -> pd.DataFrame:
+    """One grid as a table: per run, the varied settings, each metric's seed mean, interval and finished
+    seeds at ``budget``, and which run was selected."""
+    rows = []
+    at = cells[cells["budget"] == budget].set_index(["run", "metric"])
+    for run in runs:
+        row: dict[str, Any] = {"run": run, **{k: setting_cell(experiment.runs[run].flat()[k]) for k in varied}}
+        for m in metrics:
+            c = at.loc[(run, m)] if (run, m) in at.index else None
+            for stat in ("mean", "ci_low", "ci_high", "n"):
+                row[f"{m} {stat}"] = c[stat] if c is not None else math.nan
+        row["selected"] = "best" if run == best else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def tuned_pairs(experiment: Experiment) -> list[TunedPair]:
+    """The grid pairs whose bases are a configured comparison's two runs, with as many runs each."""
+    pairs = []
+    for name, comp in experiment.comparisons.items():
+        if len(comp.runs) != 2:
+            continue
+        a, b = ([g for g, s in experiment.grids.items() if s.base == base] for base in comp.runs)
+        pairs += [TunedPair(name, ga, gb) for ga in a for gb in b
+                  if len(experiment.grids[ga].runs) == len(experiment.grids[gb].runs)]
+    return pairs
+
+
+def tuned_comparisons(experiment: Experiment, pairs: Sequence[TunedPair], best: Mapping[str, str]) -> dict[str, dict]:
+    """The tuned pairs as comparisons for the confound analysis (experiment.json's shape)."""
+    out = {}
+    for p in pairs:
+        if p.grid_a in best and p.grid_b in best:
+            comp = experiment.comparisons[p.comparison]
+            out[f"{p.comparison}_tuned"] = {
+                "runs": [best[p.grid_a], best[p.grid_b]], "factor": comp.factor,
+                "claim": f"tuned against tuned ({p.grid_a} vs {p.grid_b}, each grid's best by validation loss): "
+                         f"{comp.claim}"}
+    return out
+
+
+def _difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """mean(b) - mean(a) with Welch's interval (NaN with fewer than two seeds on a side)."""
+    from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
+
+    diff = (sum(b) / len(b) - sum(a) / len(a)) if a and b else math.nan
+    if len(a) < 2 or len(b) < 2:
+        return diff, math.nan, math.nan
+    lo, hi = CompareMeans(DescrStatsW(list(b)), DescrStatsW(list(a))).tconfint_diff(alpha=1 - LEVEL, usevar="unequal")
+    return diff, float(lo), float(hi)
+
+
+def tuned_table(obs: pd.DataFrame, pairs: Sequence[TunedPair], best: Mapping[str, str], budget: str,
+                metrics: Sequence[str]) -> pd.DataFrame:
+    """Per tuned pair and metric (test split): both tuned runs' seed means and b - a with its interval."""
+    ok = obs[(obs["budget"] == budget) & (obs["outcome"] == OK)]
+    rows = []
+    for p in pairs:
+        if p.grid_a not in best or p.grid_b not in best:
+            continue
+        ra, rb = best[p.grid_a], best[p.grid_b]
+        for m in metrics:
+            a, b = (ok[(ok["run"] == r) & (ok["metric"] == m)]["value"].dropna().tolist() for r in (ra, rb))
+            diff, lo, hi = _difference(a, b)
+            rows.append({"comparison": p.comparison, "grid_a": p.grid_a, "run_a": ra, "grid_b": p.grid_b, "run_b": rb,
+                         "metric": m, "mean_a": sum(a) / len(a) if a else math.nan,
+                         "mean_b": sum(b) / len(b) if b else math.nan, "difference": diff, "ci_low": lo,
+                         "ci_high": hi, "n_a": len(a), "n_b": len(b)})
+    return pd.DataFrame(rows, columns=TUNED_COLUMNS)

@@ -1,0 +1,112 @@
+"""Budgets, per-seed observations, cell means and failure rates on a hand-made epoch table
+(lnrepro.analysis.budget)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from lnrepro import config
+from lnrepro.analysis import budget as bu
+from lnrepro.config.settings import ReportSettings
+from lnrepro.errors import LnReproError
+
+EPOCHS = 4
+
+
+def epoch_rows(run: str, seed: int, bleus: list[float], walls: list[float], statuses: list[str] | None = None):
+    statuses = statuses or ["ok"] * len(bleus)
+    return [{"run": run, "seed": seed, "epoch": ep, "status": st, "updates": 10.0 * ep, "train_wall_s": w,
+             "valid_bleu_tok": b if st == "ok" else math.nan, "valid_loss_base2": 10.0 - b if st == "ok" else math.nan}
+            for ep, (b, w, st) in enumerate(zip(bleus, walls, statuses), 1)]
+
+
+def table() -> pd.DataFrame:
+    return pd.DataFrame(
+        epoch_rows("a", 1, [10, 20, 30, 40], [1, 2, 3, 4]) + epoch_rows("a", 2, [12, 22, 32, 42], [1, 2, 3, 4])
+        + epoch_rows("b", 1, [5, 10, 15, 20], [2, 4, 6, 8])  # twice as slow, never reaches the target
+        + epoch_rows("b", 2, [5, 10, math.nan, math.nan], [2, 4, 4, 4], ["ok", "ok", "diverged", "diverged"])
+        + epoch_rows("c", 1, [1, 2, math.nan, math.nan], [1, 2, math.nan, math.nan],
+                     ["ok", "ok", "missing", "missing"]))
+
+
+def test_budgets_last_early_wall_and_target():
+    b = bu.budgets(table(), EPOCHS, ReportSettings())
+    assert [(x.label, x.kind, x.epoch) for x in b] == [
+        ("epoch 4", "last", 4), ("epoch 3", "early", 3), ("wall-clock 4 s", "wall", None),
+        ("95% of the best BLEU", "target", None)]
+    assert b[2].wall_s == 4.0  # the smallest last-epoch wall-clock of the seeds that finished
+    assert [x.epoch for x in bu.budgets(table(), EPOCHS, ReportSettings(budget_epoch=2))][:2] == [4, 2]
+    assert [x.kind for x in bu.budgets(table(), EPOCHS, ReportSettings(budget_epoch=4))] == ["last", "wall", "target"]
+    assert (bu.three_quarters(20), bu.three_quarters(6), bu.three_quarters(1)) == (15, 5, 1)
+
+
+def test_observations_at_epochs_wall_clock_and_target():
+    b = bu.budgets(table(), EPOCHS, ReportSettings(target_fraction=0.5))
+    target = 0.5 * bu.best_bleu(table(), "valid")
+    assert target == pytest.approx(0.5 * 41)
+    obs = bu.observations(table(), b, "valid", target, EPOCHS)
+    obs = obs.set_index(["run", "seed", "budget", "metric"]).sort_index()
+    assert obs.loc[("a", 1, "epoch 4", "valid_bleu_tok"), "value"] == 40
+    assert obs.loc[("b", 2, "epoch 4", "valid_bleu_tok"), "outcome"] == "diverged"
+    assert obs.loc[("c", 1, "epoch 3", "valid_bleu_tok"), "outcome"] == "missing"
+    # at 4 s: run a's last checkpoint, run b's second (interpolated exactly on a checkpoint)
+    assert obs.loc[("a", 2, "wall-clock 4 s", "valid_bleu_tok"), "value"] == 42
+    assert obs.loc[("b", 1, "wall-clock 4 s", "valid_bleu_tok"), "value"] == 10
+    assert obs.loc[("b", 2, "wall-clock 4 s", "valid_bleu_tok"), "outcome"] == "ok"  # reached 4 s before diverging
+    assert obs.loc[("c", 1, "wall-clock 4 s", "valid_bleu_tok"), "outcome"] == "missing"
+    hit = obs.loc[("a", 1, "50% of the best BLEU")]
+    assert (hit.loc["epochs_to_target", "value"], hit.loc["wall_s_to_target", "value"]) == (3.0, 3.0)
+    assert obs.loc[("b", 1, "50% of the best BLEU", "epochs_to_target"), "outcome"] == "not reached"
+    assert obs.loc[("b", 2, "50% of the best BLEU", "epochs_to_target"), "outcome"] == "diverged"
+    assert obs.loc[("c", 1, "50% of the best BLEU", "epochs_to_target"), "outcome"] == "missing"
+
+
+def test_wall_clock_is_interpolated_between_checkpoints():
+    g = pd.DataFrame(epoch_rows("a", 1, [10, 20], [2, 6]))
+    values, outcome = bu._at_wall(g, 3.0, ["valid_bleu_tok"])
+    assert outcome == "ok" and values == [pytest.approx(12.5)]
+
+
+def test_cell_table_intervals_only_from_two_seeds():
+    b = bu.budgets(table(), EPOCHS, ReportSettings())
+    obs = bu.observations(table(), b, "valid", 30.0, EPOCHS)
+    cells = bu.cell_table(obs, ["a", "b", "c"]).set_index(["budget", "metric", "run"])
+    a = cells.loc[("epoch 4", "valid_bleu_tok", "a")]
+    half = stats.t.ppf(0.975, 1) * math.sqrt(2) / math.sqrt(2)  # sd of (40, 42) is sqrt(2)
+    assert (a["n"], a["mean"], a["ci_low"], a["ci_high"]) == pytest.approx((2, 41, 41 - half, 41 + half))
+    b4 = cells.loc[("epoch 4", "valid_bleu_tok", "b")]
+    assert (b4["n"], b4["mean"], b4["n_left_out"]) == (1, 20, 1) and math.isnan(b4["ci_low"])
+    assert cells.loc[("epoch 4", "valid_bleu_tok", "c"), "n_missing"] == 1
+    assert list(dict.fromkeys(cells.index.get_level_values("run"))) == ["a", "b", "c"]
+
+
+def test_failure_table_counts_divergence_and_the_bleu_floor():
+    f = bu.failure_table(table(), ["a", "b", "c"], EPOCHS, "valid", floor=25.0).set_index("run")
+    assert f.loc["a", ["n_failed", "failure_rate"]].tolist() == [0, 0.0]
+    assert f.loc["b", ["n_diverged", "n_below_floor", "n_failed", "failure_rate"]].tolist() == [1, 1, 2, 1.0]
+    assert f.loc["c", "n_unfinished"] == 1 and math.isnan(f.loc["c", "failure_rate"])
+
+
+def test_budget_table_states_updates_and_tokens():
+    prog = table()[["run", "seed", "epoch", "status", "updates"]].assign(target_tokens=lambda d: 1000 * d["epoch"])
+    b = bu.budgets(table(), EPOCHS, ReportSettings())
+    t = bu.budget_table(prog, b, ["a", "b"]).set_index("budget")
+    assert t.loc["epoch 4", ["updates", "target_tokens", "same_in_every_cell"]].tolist() == ["40", "4000", True]
+    assert t.loc["wall-clock 4 s", "updates"] == "" and "interpolated" in t.loc["wall-clock 4 s", "how"]
+
+
+def test_report_settings_from_the_config(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    layer = tmp_path / "report.yaml"
+    layer.write_text("analysis: {report: {budget_epoch: 10, target_fraction: 0.9, bleu_floor: 2.5}}\n")
+    exp = config.experiment(config.load_config([repo / "config.yaml", layer]))
+    assert exp.analysis.report == ReportSettings(budget_epoch=10, target_fraction=0.9, bleu_floor=2.5)
+    assert config.experiment(config.load_config([repo / "config.yaml"])).analysis.report == ReportSettings()
+    layer.write_text("analysis: {report: {target_fraction: 1.5}}\n")
+    with pytest.raises(LnReproError, match="analysis.report.target_fraction"):
+        config.load_config([repo / "config.yaml", layer])

@@ -1,0 +1,177 @@
+"""The claims: published.yaml, the five statuses, and the claims table on fabricated paper-scale results
+(lnrepro.analysis.claims)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fixtures_grids import demo_with_grids, grid_run
+from lnrepro import config
+from lnrepro.analysis import budget as bu
+from lnrepro.analysis import claims as cl
+from lnrepro.analysis import effects as ef
+from lnrepro.config.settings import ReportSettings
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER = config.experiment(config.load_config([REPO / "config.yaml"]))
+DEMO = demo_with_grids()
+OFFSETS = {1: -0.1, 2: 0.0, 3: 0.1}  # per seed; zero mean
+E = PAPER.epochs  # 20
+
+
+def bleu(run: str, ep: int) -> float:
+    """Post-LN with warm-up climbs linearly to 34 at epoch 20; Pre-LN (no warm-up, step) reaches Post-LN's
+    epoch-15 value (25.5) at epoch 9 and 34 by epoch 20; Post-LN without warm-up ends at 8; the rest at 30."""
+    if run == "postln_warmup_isqrt":
+        return 34 * ep / 20
+    if run == "preln_nowarmup_step8":
+        return min(25.5 * ep / 9, 25.5 + (ep - 9) * 8.5 / 11)
+    if run.startswith("postln_nowarmup"):
+        return 8 * ep / 20
+    return 30 * ep / 20
+
+
+def loss(run: str, ep: int) -> float:
+    """Post-LN ends at 4.0 (base 2), Pre-LN at 5.0."""
+    return (5.0 if run.startswith("preln") else 4.0) + (E - ep) * 0.1
+
+
+def paper_epochs() -> pd.DataFrame:
+    return pd.DataFrame([{"run": r, "seed": s, "epoch": ep, "status": "ok", "train_wall_s": 10.0 * ep,
+                          "valid_bleu_tok": bleu(r, ep) + off, "valid_loss_base2": loss(r, ep) + off}
+                         for r in PAPER.select for s, off in OFFSETS.items() for ep in range(1, E + 1)])
+
+
+def evidence(epochs: pd.DataFrame, exp=PAPER) -> cl.Evidence:
+    budgets = bu.budgets(epochs, exp.epochs, ReportSettings())
+    obs = bu.observations(epochs, budgets, "valid", 0.95 * bu.best_bleu(epochs, "valid"), exp.epochs)
+    design, _ = ef.design(exp)
+    return cl.Evidence(exp, epochs, bu.cell_table(obs, exp.select), ef.fits(obs, design), budgets[0].label)
+
+
+@pytest.fixture(scope="module")
+def claims() -> pd.DataFrame:
+    return cl.claims_table(evidence(paper_epochs())).set_index("id")
+
+
+def test_published_numbers_have_sources_and_known_measures():
+    data = cl.published()
+    ids = [c["id"] for c in data["claims"]]
+    assert len(ids) == len(set(ids)) and all(c["source"] and c["claim"] for c in data["claims"])
+    assert {c["kind"] for c in data["claims"]} <= {"absolute", "relative", "directional", "reference"}
+    assert cl.STATUSES == ("reproduced", "not reproduced", "inconclusive", "not measured at this scale",
+                           "not measured")
+    by_id = {c["id"]: c for c in data["claims"]}
+    assert (by_id["theorem1_postln_exponent"]["competing"], by_id["theorem1_preln_exponent"]["competing"]) == (-0.5, 0)
+    assert by_id["figure4_epoch_ratio"]["published"] == 0.6
+    # shipped with the package: pyproject's package data covers the file
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "*.yaml" in pyproject["tool"]["setuptools"]["package-data"]["lnrepro.analysis"]
+
+
+CLAIM = {"kind": "absolute", "published": 34, "tolerance": 0.5}
+EXPONENT = {"kind": "relative", "published": 0, "competing": -0.5}
+
+
+@pytest.mark.parametrize("claim,measured,expected", [
+    (CLAIM, cl.Measured(34.2, 33.9, 34.6, 3), "reproduced"),
+    (CLAIM, cl.Measured(33.3, 33.1, 33.6, 3), "reproduced"),  # within the stated precision (about 34)
+    (CLAIM, cl.Measured(33.2, 33.0, 33.4, 3), "not reproduced"),  # below 33.5
+    (CLAIM, cl.Measured(30.0, 29.5, 30.5, 3), "not reproduced"),
+    (CLAIM, cl.Measured(34.0, n_seeds=1), "inconclusive"),  # one seed: no interval
+    (CLAIM, cl.Measured(20.0, 19.0, 21.0, 3, at_scale=False, scale="synthetic"), "not measured at this scale"),
+    (CLAIM, cl.Measured(scale="synthetic", at_scale=False), "not measured at this scale"),
+    (CLAIM, cl.Measured(34.0, 33.5, 34.5, 3, meets_setup=False), "not measured"),
+    (CLAIM, cl.Measured(), "not measured"),
+    (EXPONENT, cl.Measured(0.02, -0.1, 0.1, 3), "reproduced"),  # contains 0, excludes -0.5
+    (EXPONENT, cl.Measured(-0.2, -0.6, 0.1, 3), "inconclusive"),  # contains both predictions
+    (EXPONENT, cl.Measured(-0.5, -0.6, -0.4, 3), "not reproduced"),
+    ({"kind": "relative", "published": 0.6, "tolerance": 0.0333, "competing": 1.0}, cl.Measured(1.0, 0.9, 1.1, 3),
+     "not reproduced"),
+    ({"kind": "directional", "side": 1}, cl.Measured(5.0, 1.0, 9.0, 3), "reproduced"),
+    ({"kind": "directional", "side": 1}, cl.Measured(-5.0, -9.0, -1.0, 3), "not reproduced"),
+    ({"kind": "directional", "side": 1}, cl.Measured(1.0, -1.0, 3.0, 3), "inconclusive"),
+    ({"kind": "directional", "side": -1}, cl.Measured(-5.0, -9.0, -1.0, 3), "reproduced"),
+    ({"kind": "reference", "published": "35.64"}, cl.Measured(35.6, 35.0, 36.0, 3), "not measured"),
+])
+def test_status(claim, measured, expected):
+    assert cl.status(claim, measured) == expected
+
+
+def test_claims_table_at_paper_scale(claims):
+    assert list(claims.columns) == cl.CLAIM_COLUMNS[1:]
+    assert set(claims["status"]) <= set(cl.STATUSES)
+    post = claims.loc["figure4_postln_bleu"]
+    assert (post["measured"], post["n_seeds"], post["status"]) == (pytest.approx(34.0), 3, "reproduced")
+    assert post["ci_low"] < 34 < post["ci_high"] and post["scale"].startswith("iwslt14, 6+6 layers, d_model 512")
+    assert claims.loc["figure4_preln_bleu", "status"] == "reproduced"
+    assert claims.loc["figure4_postln_loss", "status"] == "reproduced"
+    assert claims.loc["figure4_preln_loss", "status"] == "not reproduced"  # 5.0: the interval excludes 4 +- 0.5
+    ratio = claims.loc["figure4_epoch_ratio"]
+    assert (ratio["measured"], ratio["status"]) == (pytest.approx(0.6), "reproduced")  # 9 / 15 for every seed
+    assert claims.loc["sec32_nowarmup_bleu", "status"] == "not reproduced"  # 8.0, not 8.45
+    assert claims.loc["sec32_warmup4000_bleu", "status"] == "reproduced"
+    warm = claims.loc["sec32_warmup_needed"]  # warm-up on minus off for Post-LN: 34 and 30 against 8 and 8
+    assert (warm["measured"], warm["status"]) == (pytest.approx((34 + 30) / 2 - 8), "reproduced")
+    for cid in ("sec32_warmup500_lr5e-4_bleu", "sec32_warmup500_lr1e-3_bleu"):
+        assert claims.loc[cid, "status"] == "not measured" and "schedule.warmup_updates 4000 (claim: 500)" in \
+            claims.loc[cid, "note"]
+    for cid in ("theorem1_postln_exponent", "theorem1_preln_exponent", "figure3_postln_last_layer"):
+        assert claims.loc[cid, "status"] == "not measured" and math.isnan(claims.loc[cid, "measured"])
+    liu = claims.loc["liu2020_postln_test_bleu"]
+    assert liu["status"] == "not measured" and "RAdam" in liu["note"] and liu["published"] == "35.64 ± 0.23"
+
+
+def test_one_seed_is_inconclusive():
+    epochs = paper_epochs()
+    t = cl.claims_table(evidence(epochs[epochs["seed"] == 1])).set_index("id")
+    post = t.loc["figure4_postln_bleu"]
+    assert post["status"] == "inconclusive" and math.isnan(post["ci_low"])
+    assert t.loc["figure4_epoch_ratio", "status"] == "inconclusive"
+    assert "one seed: no interval exists" in cl.claim_sentence(t.reset_index().iloc[0])
+
+
+def test_demo_scale_reports_the_value_beside_and_picks_the_run_with_the_settings():
+    assert cl.scale_of(DEMO, "postln_warmup_isqrt") == ("synthetic, 2+2 layers, d_model 64, FFN 128, 4 heads", False)
+    assert cl.scale_of(PAPER, "postln_warmup_isqrt")[1]
+    cell = {"norm": "post", "warmup": True, "decay": "isqrt"}
+    runs = cl.cell_runs(DEMO, cell)
+    assert runs[0] == "postln_warmup_isqrt" and len(runs) == 3  # the run of its own, then the grid's two
+    fast = grid_run("postln_warmup_isqrt", 6.0e-3)
+    cells = pd.DataFrame([{"budget": "epoch 3", "metric": "valid_bleu_tok", "run": r, "n": 2, "mean": m,
+                           "std": 0.1, "ci_low": m - 1, "ci_high": m + 1, "n_left_out": 0, "n_missing": 0}
+                          for r, m in ((runs[0], 20.0), (fast, 25.0))])
+    ev = cl.Evidence(DEMO, pd.DataFrame(), cells, {}, "epoch 3")
+    measure = {"kind": "cell", "cell": cell, "split": "valid", "metric": "bleu_tok"}
+    m = cl.MEASURES["cell"](ev, measure)
+    assert (m.value, m.at_scale, m.meets_setup) == (20.0, False, True)
+    assert cl.status({"kind": "absolute", "published": 34, "tolerance": 0.5}, m) == "not measured at this scale"
+    m = cl.MEASURES["cell"](ev, {**measure, "settings": {"optim.lr_max": 6.0e-3}})
+    assert (m.value, m.measured_as) == (25.0, f"{fast}, valid_bleu_tok at epoch 3")
+    m = cl.MEASURES["cell"](ev, {**measure, "settings": {"optim.lr_max": 1.0}})
+    lr = DEMO.runs[runs[0]].optim.lr_max
+    assert not m.meets_setup and f"settings differ: optim.lr_max {lr!r} (claim: 1.0)" in m.note
+
+
+def test_sentences_are_filled_in_from_the_tables(claims):
+    row = claims.reset_index().set_index("id", drop=False).loc["figure4_postln_bleu"]
+    s = cl.claim_sentence(row)
+    assert s.startswith("Post-LN with warm-up and inverse-sqrt decay reaches about 34 validation BLEU (Figure 4")
+    assert f"measured {cl.fmt(row['measured'])} (95% interval {cl.fmt(row['ci_low'])} to" in s
+    assert s.endswith(": reproduced.")
+    fit = evidence(paper_epochs()).fits[("valid_bleu_tok", "epoch 20")]
+    fig = cl.published()["figure4"]
+    text = cl.attribution_sentence(ef.attribute(fit, fig["low"], fig["high"]), "valid_bleu_tok", "epoch 20")
+    assert text.startswith("Figure 4's difference in valid_bleu_tok at epoch 20 (Pre-LN, no warm-up, step decay "
+                           "minus Post-LN, warm-up, isqrt decay) is ")
+    assert "the factorial design attributes it to" in text or "attributes it to none" in text
