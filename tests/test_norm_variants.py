@@ -94,12 +94,14 @@ def test_added_variant_builds_trains_and_runs_gradinit(none_variant, bpe_dir, tm
 
     # gradinit measures every registered variant, the new one included, with the same rows per variant.
     # The config accepts the new name: the schema's enum is read from the registry when the config is loaded.
-    experiment = tiny_experiment({**TINY, "norm": "none"}, {"batches": 2, "seeds": [1], "max_tokens": 128})
+    experiment = tiny_experiment({**TINY, "norm": "none"},
+                                 {"batches": 2, "seeds": [1, 2, 3], "max_tokens": 128, "depths": [2, 3]})
     out = tmp_path / "analysis" / "gradinit.csv"
     df = run_gradinit(experiment, bpe_dir, out, threads=1)
     table = pd.read_csv(out)
     assert list(dict.fromkeys(table["norm"])) == ["post", "pre", "none"]
     counts = table.groupby("norm").size()
-    assert counts["none"] == counts["post"] == counts["pre"] == 2 * 6 + 2 * 10  # enc 6, dec 10 matrices a layer
-    assert (table.loc[table["norm"] == "none", "grad_norm"] > 0).all()
+    # 3 seeds x (2 + 3 layers) x (enc 6 + dec 10 matrices a layer) x 2 statistics
+    assert counts["none"] == counts["post"] == counts["pre"] == 3 * 5 * 16 * 2
+    assert (table.loc[table["norm"] == "none", "value"] > 0).all()
     assert plot_gradinit(df, tmp_path / "gradinit.png").stat().st_size > 0  # the figure draws it too

@@ -212,7 +212,7 @@ def test_sections_notes_confounds_deviations(report):
                 "Gradient at initialization", "Assumptions and deviations", "Where it ran"):
         assert sec in text
     assert "DEMO NOTE: T_warmup" in text and "DEVIATION-MARK" in text
-    assert "Gradient norms at initialization: not computed" in text
+    assert "Expected gradient at initialization: not computed" in text
     assert "not comparing time" in text
     conf = pd.DataFrame(p.tables["confounds"][1:], columns=p.tables["confounds"][0]).set_index("comparison")
     assert conf.loc["figure4", "verdict"] == "confounded"
@@ -379,15 +379,32 @@ def test_parse_layer_key(key, expected):
     assert (math.isnan(got[1]) and math.isnan(expected[1])) or got[1] == expected[1]
 
 
+def _gradinit_rows(checkpoint: str = "init", depths=(2, 3)) -> list[dict]:
+    """gradinit.csv rows: the FFN matrices of every layer; Post-LN's value is 0.2 (layer + 1) / depth and
+    Pre-LN's 0.1 (layer + 1) / depth^1.5, so the last layer's fit gives b = 0 and b = -0.5 exactly."""
+    norms = ("post", "pre") if checkpoint == "init" else ("post",)
+    return [{"checkpoint": checkpoint, "norm": n, "depth": d, "seed": seed, "stack": s, "layer": i, "sublayer": "ffn",
+             "param": w, "statistic": st, "value": (0.2 if n == "post" else 0.1 * d ** -0.5) * (i + 1) / d,
+             "noise": 0.01, "d_model": 64, "ffn_dim": 128, "heads": 4, "batches": 2, "max_tokens": 1024,
+             "target_tokens": 900, "label_smoothing": 0.0, "dropout": False, "precision": "fp32",
+             "run": "postln_warmup_isqrt" if checkpoint != "init" else "", "epoch": 2 if checkpoint != "init" else 0,
+             "updates": 40 if checkpoint != "init" else 0}
+            for n in norms for d in depths for seed in (1, 2, 3) for s in ("enc", "dec") for i in range(d)
+            for w in ("fc1", "fc2") for st in ("expected_grad_fro", "mean_grad_norm")]
+
+
 def test_report_with_gradinit_and_partial_tree(tmp_path):
+    from lnrepro.analysis.gradinit_fit import write_fit
+
     exp_dir, _ = make_tree(tmp_path)
     # a run folder deleted (not trained yet) must not break the report
     shutil.rmtree(exp_dir / "runs" / "preln_warmup_isqrt")
-    rows = [{"norm": n, "seed": 1, "stack": s, "layer": i, "sublayer": "ffn", "param": w,
-             "grad_norm": 0.1 * (i + 1) * (2 if n == "post" else 1), "dropout": "off", "batches": 2}
-            for n in ("post", "pre") for s in ("enc", "dec") for i in range(2) for w in ("fc1", "fc2")]
+    gi = pd.DataFrame(_gradinit_rows())
     (exp_dir / "analysis").mkdir()
-    pd.DataFrame(rows).to_csv(exp_dir / "analysis" / "gradinit.csv", index=False)
+    gi.to_csv(exp_dir / "analysis" / "gradinit.csv", index=False)
+    pd.DataFrame(_gradinit_rows("after_warmup", (2,))).to_csv(exp_dir / "analysis" / "gradinit_after_warmup.csv",
+                                                              index=False)
+    write_fit(gi, exp_dir / "analysis" / "gradinit_fit.csv")
     # the experiment as the CLI reads it back from experiment.json
     index = make_report(exp_dir, Experiment.read(exp_dir / "experiment.json"), exp_dir / "report")
     assert index == exp_dir / "report" / "index.html"
@@ -395,8 +412,16 @@ def test_report_with_gradinit_and_partial_tree(tmp_path):
     p.feed(index.read_text())
     t = as_frame(p.tables["bleu-per-epoch"])
     assert set(t["preln_warmup_isqrt"]) == {"missing"}
-    assert "gradinit" in p.tables and (exp_dir / "report" / "figures" / "gradinit_by_layer.png").exists()
-    assert "not computed" not in index.read_text()
-    header, *cells = p.tables["gradinit"]
-    assert header == ["stack", "layer", "sublayer", "param", "post", "pre", "post/pre"]  # NORMS order, then the ratio
-    assert [row[:2] for row in cells[:2]] == [["enc", "0"], ["enc", "0"]] and {row[-1] for row in cells} == {"2"}
+    figures = exp_dir / "report" / "figures"
+    assert (figures / "gradinit_by_layer.png").exists() and (figures / "gradinit_last_layer_vs_depth.png").exists()
+    text = index.read_text()
+    assert "not computed" not in text
+    assert "Post-LN b = 0.000 [0.000, 0.000] (theory 0)" in text and "Pre-LN b = -0.500 [-0.500, -0.500]" in text
+    assert "seed 1: epoch 2 (40 updates)" in text
+    header, *cells = p.tables["gradinit"]  # at the experiment's depth (2): NORMS order, after warm-up, ratio, noise
+    assert header == ["stack", "layer", "sublayer", "param", "Post-LN", "Pre-LN", "Post-LN after warm-up",
+                      "Post-LN/Pre-LN", "noise (max)"]
+    assert [row[:2] for row in cells[:2]] == [["enc", "0"], ["enc", "0"]]
+    assert {row[-2] for row in cells} == {f"{2 * 2 ** 0.5:.4g}"}
+    header, *cells = p.tables["gradinit-by-depth"]
+    assert header[:2] == ["depth", "Post-LN"] and [row[0] for row in cells] == ["2", "3"]

@@ -67,20 +67,14 @@ def _evaluate(a: argparse.Namespace) -> None:
 
 
 def _gradinit(a: argparse.Namespace) -> None:
-    from .analysis.gradinit import run_gradinit
-    from .io import read_json
+    from .analysis.gradinit import run_after_warmup, run_gradinit
+    from .config import Experiment
 
-    experiment = read_json(a.experiment)
-    settings = experiment.get("analysis", {}).get("gradinit", {})
-    run_gradinit(
-        experiment,
-        a.bpe,
-        a.out,
-        threads=a.threads,
-        batches=settings.get("batches", 8),
-        seeds=settings.get("seeds", [1]),
-        max_tokens=settings.get("max_tokens", 4096),
-    )
+    experiment = Experiment.read(a.experiment)
+    if a.after_warmup:
+        run_after_warmup(experiment, a.bpe, a.after_warmup, a.out, threads=a.threads)
+    else:
+        run_gradinit(experiment, a.bpe, a.out, threads=a.threads, fit_csv=a.fit)
 
 
 def _report(a: argparse.Namespace) -> None:
@@ -143,10 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--threads", type=int, default=1)
     e.set_defaults(func=_evaluate)
 
-    g = sub.add_parser("gradinit", help="per-layer gradient norms at initialization, Post-LN vs Pre-LN")
+    g = sub.add_parser("gradinit", help="per-layer expected gradient at initialization, every norm position and depth")
     g.add_argument("--experiment", type=Path, required=True, help="experiment.json")
     g.add_argument("--bpe", type=Path, required=True)
-    g.add_argument("--out", type=Path, required=True, help="gradinit.csv")
+    g.add_argument("--out", type=Path, required=True, help="gradinit.csv (gradinit_after_warmup.csv with --after-warmup)")
+    g.add_argument("--fit", type=Path, help="gradinit_fit.csv: the last layer's value against depth, fitted")
+    g.add_argument("--after-warmup", type=Path, nargs="+", metavar="MANIFEST",
+                   help="instead: measure analysis.gradinit.after_warmup_run at its end of warm-up (its epoch manifests)")
     g.add_argument("--threads", type=int, default=1)
     g.set_defaults(func=_gradinit)
 

@@ -111,6 +111,14 @@ class Paths:
         return f"{self.root}/analysis/gradinit.csv"
 
     @property
+    def gradinit_fit_csv(self) -> str:
+        return f"{self.root}/analysis/gradinit_fit.csv"
+
+    @property
+    def gradinit_after_warmup_csv(self) -> str:
+        return f"{self.root}/analysis/gradinit_after_warmup.csv"
+
+    @property
     def report(self) -> str:
         return f"{self.root}/report"
 

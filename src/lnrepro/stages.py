@@ -12,6 +12,7 @@ WORKER_RULES: tuple[str, ...] = (
     "train_run",
     "score_checkpoint",
     "gradinit",
+    "gradinit_after_warmup",
     "make_report",
 )
 

@@ -7,7 +7,10 @@ gradient-at-initialization study. Submodules are imported on use (matplotlib and
 - ``lnrepro.analysis.plots``: PNG figures (``make_figures``)
 - ``lnrepro.analysis.report``: ``make_report(exp_dir, experiment, out_dir) -> Path`` (report/index.html; ``experiment``
   is the typed ``lnrepro.config.Experiment``)
-- ``lnrepro.analysis.gradinit``: ``run_gradinit(...)`` (analysis/gradinit.csv)
+- ``lnrepro.analysis.gradinit``: ``run_gradinit(...)`` (analysis/gradinit.csv), ``run_after_warmup(...)``
+  (analysis/gradinit_after_warmup.csv)
+- ``lnrepro.analysis.gradinit_fit``: the fit over depths (analysis/gradinit_fit.csv) and the views of gradinit.csv
+  the figures and the report share
 """
 
 # The figures the report draws (file names in report/figures/); the Snakefile declares them, so this stays
@@ -20,4 +23,5 @@ FIGURES = {
     "grad_layers": "grad_norms_early_by_layer.png",
     "grad_total": "grad_norm_total_early.png",
     "gradinit": "gradinit_by_layer.png",
+    "gradinit_depth": "gradinit_last_layer_vs_depth.png",
 }

@@ -1,42 +1,64 @@
-"""Gradient norms at initialization, per layer (Xiong et al. 2020, Section 3 and Figure 3).
+"""The expected gradient at initialization, per layer (Xiong et al. 2020, Section 3.4 and Figure 3).
 
-The paper's argument: at initialization, the gradient of the loss with respect to the weights of the
-last layers of a Post-LN Transformer is large (and grows with the layer index toward the top of the
-decoder), which is why Post-LN needs learning-rate warm-up; in Pre-LN it stays flat across layers
-(and shrinks with depth). We measure it as the paper does: freshly initialized models of both norm
-positions, the label-smoothed loss per target token on real training batches, one backward pass per
-batch, the Frobenius norm of each weight matrix's gradient, averaged over batches; repeated per seed.
+Section 3.4: "For elements in a parameter matrix, we calculate their expected gradients and use the Frobenius
+norm of those values as the scale of the expected gradient of the matrix." For every weight matrix W we record
+its gradient g_k on each of K mini-batches of real training data, average elementwise and take the Frobenius
+norm of that mean, ||E_batch[dL/dW]||_F (``expected_grad_fro``). Beside it the per-batch mean of norms,
+E_batch ||dL/dW||_F (``mean_grad_norm``): a different statistic, always at least as large.
 
-Decisions (also recorded in the CSV):
-- Dropout OFF by default (``model.eval()``, gradients still computed): the quantity of interest is the
-  expected gradient at initialization; dropout only adds noise to it, and Theorem 1 of the paper has no
-  dropout. ``dropout=True`` measures with the training-mode model instead.
-- For a seed, Post-LN and Pre-LN models are built after the same ``torch.manual_seed(seed)``: their
-  weight matrices are identical (LayerNorm parameters are constants), so the comparison isolates the
-  norm position. Both see the same batches, drawn from the fairseq-style token-bounded batches with a
-  seeded random choice (not the shortest-first batches at the front of the list).
+Noise. With K batches ||g_mean||^2 overestimates ||E[g]||^2 by about tr(Cov)/K, so every value carries its
+standard error: for ``expected_grad_fro`` sqrt(sum_k ||g_k - g_mean||_F^2 / (K (K - 1))), for ``mean_grad_norm``
+the standard deviation of the K norms over sqrt(K). Differences smaller than the noise are not results.
+
+Decisions:
+- The loss is the paper's (Section 3.1): the cross-entropy averaged over the batch's target positions;
+  ``label_smoothing`` (default 0) and ``dropout`` (default off: the model in eval mode, gradients still
+  computed) are configurable, and both are off in Theorem 1.
+- Models: every registered norm variant (lnrepro.norms.NORMS) at every depth L (encoder = decoder layers)
+  of ``analysis.gradinit.depths``, at the experiment's width unless the section overrides it, for every seed.
+  Each model is built right after ``torch.manual_seed(seed)``: the variants' parameters coincide (a Pre-LN
+  model only adds constant-initialized LayerNorms), so for a seed they start from the same weights and, the
+  batches being drawn once per seed, see the same batches.
+- Batches: K of the fairseq-style token-bounded training batches, chosen at random (seeded) without
+  replacement, so that they are not the shortest-first batches at the front of the list.
+- After warm-up (Figure 3(a)/(b)): the same measurement on the first checkpoint of a Post-LN run with warm-up
+  whose update count reaches T_warmup (``run_after_warmup``), one per trained seed, on that seed's batches.
+- Running moments (Welford's update) instead of K stored gradients: one mean per matrix, so memory does not
+  grow with K at the paper's width and depth.
+- Device and batching as training's (the first selected run's ``train.device`` and batch multiple): on a CPU
+  the paper's width and depths take minutes per seed, so ``precision: bf16`` is allowed (presets/multi30k.yaml
+  states its measured difference from fp32).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pandas as pd
 
-from ..config import Experiment
+from ..config import Experiment, ModelSettings
 from ..errors import LnReproError
 from ..norms import NORMS
 from .aggregate import to_csv_text
 
-CSV_COLUMNS = ["norm", "seed", "stack", "layer", "sublayer", "param", "grad_norm",
-               "grad_norm_std", "dropout", "batches", "max_tokens", "target_tokens"]
+# One row per model, weight matrix and statistic. ``checkpoint``: init | after_warmup; ``run``, ``epoch`` and
+# ``updates`` name the checkpoint of an after_warmup row (empty, 0, 0 at init).
+CSV_COLUMNS = ["checkpoint", "norm", "depth", "seed", "stack", "layer", "sublayer", "param", "statistic", "value",
+               "noise", "d_model", "ffn_dim", "heads", "batches", "max_tokens", "target_tokens", "label_smoothing",
+               "dropout", "precision", "run", "epoch", "updates"]
+STATISTICS = ("expected_grad_fro", "mean_grad_norm")
 
 # encoder_layers.3.self_attn.q_proj.weight -> (enc, 3, self_attn, q_proj)   (lnrepro.model's names)
 _PARAM = re.compile(r"^(?P<stack>encoder|decoder)_layers\.(?P<layer>\d+)\.(?P<sub>\w+)\.(?P<param>\w+)\.weight$")
+
+Key = tuple[str, int, str, str]  # (stack, layer, sublayer, param)
+Batch = tuple[Any, Any, Any]  # collated (src, prev, target)
 
 
 def layer_weights(model) -> list[tuple[str, int, str, str, Any]]:
@@ -53,87 +75,235 @@ def layer_weights(model) -> list[tuple[str, int, str, str, Any]]:
     return out
 
 
-def choose_batches(bpe_dir: Path, max_tokens: int, n: int, seed: int, multiple: int = 8) -> list[tuple]:
-    """``n`` collated training batches (src, prev, target), chosen at random (seeded) among the
-    fairseq-style token-bounded batches of train.{de,en}.ids."""
-    from ..train.batching import batch_by_size, collate, read_ids
+class GradientMoments:
+    """One matrix's gradients over batches, as running moments: the mean gradient, sum_k ||g_k - g_mean||_F^2
+    (Welford's update, accumulated in float64) and every batch's norm."""
 
-    bpe_dir = Path(bpe_dir)
-    src = read_ids(bpe_dir / "train.de.ids")
-    tgt = read_ids(bpe_dir / "train.en.ids")
-    if len(src) != len(tgt) or not src:
-        raise LnReproError(f"{bpe_dir}: train.de.ids and train.en.ids must be non-empty with equal line counts "
-                           f"(got {len(src)} and {len(tgt)})")
-    batches = batch_by_size([len(s) for s in src], [len(t) for t in tgt], max_tokens, seed, multiple)
-    rng = np.random.default_rng(seed)
-    pick = rng.choice(len(batches), size=min(n, len(batches)), replace=False)
-    return [collate([src[i] for i in batches[b]], [tgt[i] for i in batches[b]]) for b in sorted(pick.tolist())]
+    def __init__(self) -> None:
+        self.k = 0
+        self.mean: Any = None
+        self.m2 = 0.0
+        self.norms: list[float] = []
+
+    def add(self, g) -> None:
+        import torch
+
+        g = g.detach().float()
+        self.k += 1
+        self.norms.append(float(torch.linalg.vector_norm(g, dtype=torch.float64)))
+        if self.mean is None:
+            self.mean = g.clone()
+            return
+        delta = g - self.mean
+        self.mean += delta / self.k
+        self.m2 += float((delta * (g - self.mean)).sum(dtype=torch.float64))
+
+    def statistics(self) -> dict[str, tuple[float, float]]:
+        """statistic -> (value, noise): ``expected_grad_fro`` and ``mean_grad_norm`` with their standard errors."""
+        import torch
+
+        k = self.k
+        if k < 2:
+            raise LnReproError(f"gradinit: {k} batch(es); the noise of a mean needs at least 2")
+        norms = np.asarray(self.norms)
+        return {
+            "expected_grad_fro": (float(torch.linalg.vector_norm(self.mean, dtype=torch.float64)),
+                                  math.sqrt(max(self.m2, 0.0) / (k * (k - 1)))),
+            "mean_grad_norm": (float(norms.mean()), float(norms.std(ddof=1) / math.sqrt(k))),
+        }
 
 
-def gradient_norms(model, batches: list[tuple], eps: float) -> tuple[dict[tuple, list[float]], int]:
-    """Per weight matrix, the list of its gradient's Frobenius norm on each batch (loss = label-smoothed
-    loss sum / number of target tokens, as the training criterion), and the target tokens seen."""
+def gradient_statistics(model, batches: Iterable[Batch],
+                        loss: Callable[[Any, Batch], Any]) -> dict[Key, dict[str, tuple[float, float]]]:
+    """Per layer weight matrix (``layer_weights``), ``GradientMoments.statistics`` of its gradient of
+    ``loss(model, batch)`` over ``batches`` (one backward pass per batch)."""
+    import torch
+
+    weights = layer_weights(model)
+    moments = {w[:4]: GradientMoments() for w in weights}
+    for batch in batches:
+        model.zero_grad(set_to_none=True)
+        loss(model, batch).backward()
+        with torch.no_grad():
+            for stack, layer, sub, param, p in weights:
+                moments[(stack, layer, sub, param)].add(p.grad if p.grad is not None else torch.zeros_like(p))
+    model.zero_grad(set_to_none=True)
+    return {key: m.statistics() for key, m in moments.items()}
+
+
+def token_loss(eps: float, precision: str, device) -> Callable[[Any, Batch], Any]:
+    """The paper's loss of a batch: (label-smoothed when ``eps`` > 0) cross-entropy summed over the target
+    tokens, divided by their number; the forward pass under bf16 autocast when ``precision`` says so."""
     import torch
 
     from ..train.loss import label_smoothed_nll_loss
     from ..vocab import PAD
 
-    weights = layer_weights(model)
-    norms: dict[tuple, list[float]] = {w[:4]: [] for w in weights}
-    tokens = 0
-    for src, prev, target in batches:
-        model.zero_grad(set_to_none=True)
-        ntok = int(target.ne(PAD).sum())
-        loss_sum, _ = label_smoothed_nll_loss(model(src, prev), target, eps)
-        (loss_sum / ntok).backward()
-        tokens += ntok
-        with torch.no_grad():
-            for stack, layer, sub, param, p in weights:
-                norms[(stack, layer, sub, param)].append(float(p.grad.norm()) if p.grad is not None else 0.0)
-    model.zero_grad(set_to_none=True)
-    return norms, tokens
+    def loss(model, batch: Batch):
+        src, prev, target = (x.to(device) for x in batch)
+        with torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext():
+            logits = model(src, prev)
+        loss_sum, _ = label_smoothed_nll_loss(logits, target, eps)  # log-softmax in fp32 either way
+        return loss_sum / int(target.ne(PAD).sum())
+
+    return loss
 
 
-def run_gradinit(experiment: Experiment, bpe_dir: Path, out_csv: Path, threads: int, *,
-                 dropout: bool = False) -> pd.DataFrame:
-    """For each registered norm variant (lnrepro.norms.NORMS: post, pre, ...) and each seed of
-    ``analysis.gradinit``: initialize the experiment's model (``defaults.model``), take that many real training
-    batches, and record each layer weight's gradient norm averaged over the batches. Writes ``out_csv``
-    atomically (columns CSV_COLUMNS) and returns the table."""
+class TrainBatches:
+    """The encoded training split (train.{de,en}.ids), read once; ``choose`` draws a seed's K batches."""
+
+    def __init__(self, bpe_dir: Path) -> None:
+        from ..train.batching import read_ids
+
+        bpe_dir = Path(bpe_dir)
+        self.src, self.tgt = read_ids(bpe_dir / "train.de.ids"), read_ids(bpe_dir / "train.en.ids")
+        if len(self.src) != len(self.tgt) or not self.src:
+            raise LnReproError(f"{bpe_dir}: train.de.ids and train.en.ids must be non-empty with equal line counts "
+                               f"(got {len(self.src)} and {len(self.tgt)})")
+
+    def choose(self, max_tokens: int, n: int, seed: int, multiple: int = 8) -> list[Batch]:
+        """``n`` collated batches, chosen at random (seeded) among the fairseq-style token-bounded batches."""
+        from ..train.batching import batch_by_size, collate
+
+        batches = batch_by_size([len(s) for s in self.src], [len(t) for t in self.tgt], max_tokens, seed, multiple)
+        if len(batches) < n:
+            raise LnReproError(f"analysis.gradinit.batches: {n} batches asked, the training data makes {len(batches)} "
+                               f"of at most {max_tokens} tokens")
+        pick = np.random.default_rng(seed).choice(len(batches), size=n, replace=False)
+        return [collate([self.src[i] for i in batches[b]], [self.tgt[i] for i in batches[b]])
+                for b in sorted(pick.tolist())]
+
+
+def init_model_settings(experiment: Experiment, norm: str, depth: int) -> ModelSettings:
+    """The experiment's model (defaults.model) with ``norm``, ``depth`` encoder and decoder layers, and the
+    width of ``analysis.gradinit`` where it sets one."""
+    s, base = experiment.analysis.gradinit, experiment.model
+    m = dataclasses.replace(base, norm=norm, encoder_layers=depth, decoder_layers=depth,
+                            d_model=s.d_model or base.d_model, ffn_dim=s.ffn_dim or base.ffn_dim,
+                            heads=s.heads or base.heads)
+    if m.d_model % m.heads:
+        raise LnReproError(f"analysis.gradinit: d_model {m.d_model} is not divisible by heads {m.heads}")
+    return m
+
+
+class _Job:
+    """What every model of one gradinit job shares: settings, device, loss, and one set of batches per seed."""
+
+    def __init__(self, experiment: Experiment, bpe_dir: Path, threads: int) -> None:
+        import torch
+
+        from ..train.loop import resolve_device, vocab_size
+
+        torch.set_num_threads(max(1, int(threads)))
+        self.settings = s = experiment.analysis.gradinit
+        self.vocab = vocab_size(Path(bpe_dir) / "spm.model")
+        first = experiment.runs[experiment.select[0]].train  # the batching and device training uses
+        self.multiple = first.required_batch_size_multiple
+        self.device = resolve_device(first.device)
+        self.loss = token_loss(s.label_smoothing, s.precision, self.device)
+        self.data = TrainBatches(bpe_dir)
+        self._batches: dict[int, list[Batch]] = {}
+
+    def batches(self, seed: int) -> list[Batch]:
+        if seed not in self._batches:
+            s = self.settings
+            self._batches[seed] = self.data.choose(s.max_tokens, s.batches, seed, self.multiple)
+        return self._batches[seed]
+
+    def rows(self, model, seed: int, meta: dict[str, Any]) -> list[dict[str, Any]]:
+        """The CSV rows of one model on the seed's batches, ``meta`` (checkpoint, norm, run, ...) in each."""
+        from ..vocab import PAD
+
+        s, cfg, batches = self.settings, model.cfg, self.batches(seed)
+        model.to(self.device).train(s.dropout)  # eval mode = dropout off; autograd works either way
+        common = {**meta, "seed": int(seed), "depth": cfg.decoder_layers, "d_model": cfg.d_model,
+                  "ffn_dim": cfg.ffn_dim, "heads": cfg.heads, "batches": len(batches), "max_tokens": s.max_tokens,
+                  "target_tokens": sum(int(t.ne(PAD).sum()) for _, _, t in batches),
+                  "label_smoothing": s.label_smoothing, "dropout": s.dropout, "precision": s.precision}
+        return [{**common, "stack": stack, "layer": layer, "sublayer": sub, "param": param, "statistic": name,
+                 "value": value, "noise": noise}
+                for (stack, layer, sub, param), stats in gradient_statistics(model, batches, self.loss).items()
+                for name, (value, noise) in stats.items()]
+
+
+def _write(rows: list[dict[str, Any]], out_csv: Path) -> pd.DataFrame:
+    from ..io import atomic_write_text
+
+    df = pd.DataFrame(rows, columns=CSV_COLUMNS)
+    if not np.isfinite(df[["value", "noise"]].to_numpy(dtype=float)).all():
+        # a non-finite gradient at init is a bug or a broken input, not a result to plot
+        raise LnReproError("gradinit: non-finite gradient statistic")
+    atomic_write_text(out_csv, to_csv_text(df))
+    return df
+
+
+def run_gradinit(experiment: Experiment, bpe_dir: Path, out_csv: Path, threads: int,
+                 fit_csv: Path | None = None) -> pd.DataFrame:
+    """For each seed, depth and registered norm variant of ``analysis.gradinit``: a freshly initialized model
+    on the seed's K training batches. Writes ``out_csv`` (columns CSV_COLUMNS) and, when given, ``fit_csv``
+    (the fit over depths, lnrepro.analysis.gradinit_fit); returns the table."""
     import torch
     from tqdm import tqdm
 
-    from ..io import atomic_write_text
-    from ..train.loop import vocab_size
-
-    settings = experiment.analysis.gradinit
-    batches, seeds, max_tokens = settings.batches, settings.seeds, settings.max_tokens
-    torch.set_num_threads(max(1, int(threads)))
-    vocab = vocab_size(Path(bpe_dir) / "spm.model")
-    eps = experiment.eval.label_smoothing  # the training criterion's smoothing (optim.label_smoothing)
-    multiple = experiment.runs[experiment.select[0]].train.required_batch_size_multiple
     from ..model import Transformer
+    from .gradinit_fit import write_fit
 
+    job = _Job(experiment, bpe_dir, threads)
+    s = job.settings
     rows: list[dict[str, Any]] = []
-    jobs = [(s, n) for s in seeds for n in NORMS]
-    data: dict[int, list[tuple]] = {}
-    for seed, norm in tqdm(jobs, desc="gradinit", unit="model"):
-        if seed not in data:  # same batches for every norm position of a seed
-            data[seed] = choose_batches(bpe_dir, max_tokens, batches, seed, multiple)
-        torch.manual_seed(seed)  # same seed -> the same initial weight matrices for every norm position
-        model = Transformer(dataclasses.replace(experiment.model, norm=norm).model_config(vocab))
-        model.train(dropout)  # eval mode = dropout off; autograd works either way
-        norms, tokens = gradient_norms(model, data[seed], eps)
-        for (stack, layer, sub, param), vals in norms.items():
-            v = np.asarray(vals, dtype=float)
-            rows.append({"norm": norm, "seed": int(seed), "stack": stack, "layer": layer, "sublayer": sub,
-                         "param": param, "grad_norm": float(v.mean()),
-                         "grad_norm_std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
-                         "dropout": "on" if dropout else "off", "batches": len(vals),
-                         "max_tokens": int(max_tokens), "target_tokens": tokens})
-    df = pd.DataFrame(rows, columns=CSV_COLUMNS)
-    if not np.isfinite(df["grad_norm"]).all():
-        # a non-finite gradient at init is a bug or a broken input, not a result to plot
-        raise LnReproError("gradinit: non-finite gradient norm at initialization")
-    atomic_write_text(out_csv, to_csv_text(df))
+    for seed, depth, norm in tqdm([(sd, d, n) for sd in s.seeds for d in s.depths for n in NORMS],
+                                  desc="gradinit", unit="model"):
+        torch.manual_seed(seed)  # the same initial weights for every norm position of a seed
+        model = Transformer(init_model_settings(experiment, norm, depth).model_config(job.vocab))
+        rows += job.rows(model, seed, {"checkpoint": "init", "norm": norm, "run": "", "epoch": 0, "updates": 0})
+    df = _write(rows, out_csv)
+    if fit_csv is not None:
+        write_fit(df, fit_csv)
     return df
+
+
+def warmup_end_checkpoints(manifests: Iterable[Path], run: str, warmup_updates: int) -> dict[int, tuple[Path, dict]]:
+    """Per seed, the first epoch manifest of ``run`` (status ok) whose update count reaches T_warmup."""
+    from ..evaluate.score import _read_manifest
+
+    by_seed: dict[int, list[tuple[Path, dict]]] = {}
+    for path in map(Path, manifests):
+        m = _read_manifest(path)
+        if m.get("run") != run:
+            raise LnReproError(f"{path}: a manifest of run {m.get('run')!r}, expected {run!r}")
+        by_seed.setdefault(int(m["seed"]), []).append((path, m))
+    chosen = {}
+    for seed, found in sorted(by_seed.items()):
+        reached = [(path, m) for path, m in sorted(found, key=lambda f: f[1]["epoch"])
+                   if m["status"] == "ok" and m["updates"] >= warmup_updates]
+        if not reached:
+            most = max(m["updates"] for _, m in found)
+            raise LnReproError(f"{run} seed {seed}: no checkpoint reaches T_warmup = {warmup_updates} updates "
+                               f"(the checkpoints reach {most} updates at most)")
+        chosen[seed] = reached[0]
+    return chosen
+
+
+def run_after_warmup(experiment: Experiment, bpe_dir: Path, manifests: Iterable[Path], out_csv: Path,
+                     threads: int) -> pd.DataFrame:
+    """The measurement on ``analysis.gradinit.after_warmup_run``'s checkpoint at the end of warm-up, one per seed
+    of ``manifests`` (every epoch manifest of that run), on that seed's batches. Writes ``out_csv``."""
+    from ..evaluate.score import _weights_path
+    from ..model import load_model
+
+    run = experiment.analysis.gradinit.after_warmup_run
+    if run not in experiment.runs:
+        raise LnReproError(f"analysis.gradinit.after_warmup_run: {run!r} is not a selected run "
+                           f"({', '.join(experiment.select)})")
+    schedule = experiment.runs[run].schedule
+    if not schedule.warmup:
+        raise LnReproError(f"analysis.gradinit.after_warmup_run: {run!r} has no warm-up (schedule.warmup false)")
+    job = _Job(experiment, bpe_dir, threads)
+    rows: list[dict[str, Any]] = []
+    for seed, (path, m) in warmup_end_checkpoints(manifests, run, schedule.warmup_updates).items():
+        print(f"gradinit after warm-up: {run} seed {seed}: epoch {m['epoch']} ({m['updates']} updates, "
+              f"T_warmup {schedule.warmup_updates}), {path}", flush=True)
+        model = load_model(_weights_path(path, m))
+        rows += job.rows(model, seed, {"checkpoint": "after_warmup", "norm": model.cfg.norm, "run": run,
+                                       "epoch": int(m["epoch"]), "updates": int(m["updates"])})
+    return _write(rows, out_csv)

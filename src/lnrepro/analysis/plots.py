@@ -17,13 +17,15 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator  # noqa: E402
 
 from ..config.settings import Experiment  # noqa: E402
 from ..io import atomic_write_bytes  # noqa: E402
 from ..norms import NORMS  # noqa: E402
 from . import FIGURES  # noqa: E402
+from .gradinit_fit import HEADLINE, figure_depth, headline, init_rows, last_layer, series_label  # noqa: E402
 
 # File names of the figures (workflow/report/<stem>.rst holds each caption).
 
@@ -133,7 +135,8 @@ def _layer_panels(df: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def plot_layer_grads(summary: pd.DataFrame, out: Path, *, value: str = "grad_norm_mean", group: str = "run",
-                     title: str = "", styles: dict | None = None, logy: bool = True) -> Path:
+                     title: str = "", styles: dict | None = None, logy: bool = True,
+                     ylabel: str = "gradient norm") -> Path:
     """Gradient norm by layer index, one panel per (stack, sublayer), one line per ``group`` value
     (run for training logs, norm for gradinit), averaged over seeds (band: seed min/max)."""
     df = summary[summary["layer"].notna()] if len(summary) else summary
@@ -168,7 +171,7 @@ def plot_layer_grads(summary: pd.DataFrame, out: Path, *, value: str = "grad_nor
         ax.set_title(f"{'encoder' if stack == 'enc' else 'decoder' if stack == 'dec' else stack} {sub}", fontsize=9)
         ax.set_xlabel("layer (1 = bottom)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel("gradient norm")
+        ax.set_ylabel(ylabel)
         if logy:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
@@ -201,24 +204,69 @@ def plot_total_grad(curves: pd.DataFrame, max_update: int, out: Path, styles: di
     return _save(fig, out)
 
 
-def plot_gradinit(gradinit: pd.DataFrame, out: Path) -> Path:
-    """Gradient norm at initialization by layer (the paper's Figure 3), one line per norm variant (labelled
-    as registered: Post-LN vs Pre-LN), for each (stack, sublayer); the value per layer is the sum of squares of
-    that sublayer's weight matrices (q,k,v,out or W1,W2), square-rooted: the Frobenius norm of the sublayer's
-    whole gradient."""
-    if gradinit.empty:
-        return plot_layer_grads(gradinit, out)
-    g = (gradinit.assign(sq=gradinit["grad_norm"] ** 2)
-         .groupby(["norm", "seed", "stack", "layer", "sublayer"], sort=False)["sq"].sum() ** 0.5)
-    g = g.rename("grad_norm").reset_index()
-    g["norm"] = g["norm"].map(lambda n: NORMS[n].label if n in NORMS else n)
-    styles = {v.label: norm_style(name) for name, v in NORMS.items()}
-    return plot_layer_grads(g, out, value="grad_norm", group="norm", styles=styles,
-                            title="gradient norm at initialization (mean over seeds; band: seed min/max)")
+def _series_styles(gi: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """Line style per ``series`` of gradinit rows: each variant's at init, dash-dotted orange after warm-up."""
+    rows = gi[["norm", "checkpoint", "series"]].drop_duplicates().itertuples(index=False)
+    return {series: norm_style(norm) if checkpoint == "init" else {"color": "tab:orange", "linestyle": "-."}
+            for norm, checkpoint, series in rows}
 
 
-def make_figures(agg: Any, experiment: Experiment, fig_dir: Path,
-                 gradinit: pd.DataFrame | None = None) -> dict[str, Path]:
+def plot_gradinit(gradinit: pd.DataFrame, out: Path, depth: int | None = None) -> Path:
+    """The paper's Figure 3(a)/(b): ||E_batch[dL/dW]||_F of the FFN's W^1 and W^2 by layer, encoder and decoder, in
+    the models of ``depth`` layers (default: the smallest measured), one line per variant at init and for the
+    checkpoint after warm-up at that depth; mean over seeds, band seed min/max."""
+    depth = depth if depth is not None else int(init_rows(gradinit)["depth"].min())
+    g = gradinit[(gradinit["statistic"] == "expected_grad_fro") & (gradinit["sublayer"] == "ffn")
+                 & (gradinit["depth"] == depth)]
+    widths = set(g.loc[g["checkpoint"] == "init", "d_model"])  # a checkpoint of another width says so
+    g = g.assign(sublayer=g["param"].map({"fc1": "W1 (fc1)", "fc2": "W2 (fc2)"}),
+                 series=[series_label(n, c) + ("" if w in widths else f" (d_model {w})")
+                         for n, c, w in zip(g["norm"], g["checkpoint"], g["d_model"])])
+    return plot_layer_grads(g, out, value="value", group="series", styles=_series_styles(g),
+                            ylabel="||E[dL/dW]||_F",
+                            title=f"expected gradient of the FFN weights, {depth}-{depth} layers "
+                                  "(mean over seeds; band: seed min/max)")
+
+
+def plot_gradinit_depth(gradinit: pd.DataFrame, fit: pd.DataFrame | None, out: Path) -> Path:
+    """The paper's Figure 3(c): the last decoder layer's ||E[dL/dW^2]||_F against depth, log-log, per variant at
+    init: every seed's value (dots), the seed mean with the seed min..max (error bars), and the fitted line
+    c * L^b with b and its 95% interval in the legend."""
+    last = last_layer(init_rows(gradinit))
+    last = last[(last["stack"] == HEADLINE["stack"]) & (last["param"] == HEADLINE["param"])
+                & (last["statistic"] == HEADLINE["statistic"])]
+    fits = headline(fit).set_index("norm") if fit is not None else pd.DataFrame()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
+    for norm in [n for n in NORMS if n in set(last["norm"])]:
+        g, st = last[last["norm"] == norm], norm_style(norm)
+        per = g.groupby("depth")["value"].agg(["mean", "min", "max"])
+        ax.scatter(g["depth"], g["value"], s=10, color=st["color"], alpha=0.35, linewidths=0)
+        label = series_label(norm, "init")
+        if norm in fits.index and np.isfinite(fits.loc[norm, "b"]):
+            f = fits.loc[norm]
+            xs = np.geomspace(per.index.min(), per.index.max(), 50)
+            ax.plot(xs, f["c"] * xs ** f["b"], **st, linewidth=1)
+            label += f": b = {f['b']:.2f} [{f['b_low']:.2f}, {f['b_high']:.2f}]"
+        spread = np.clip([per["mean"] - per["min"], per["max"] - per["mean"]], 0, None)  # rounding: never < 0
+        ax.errorbar(per.index, per["mean"], yerr=spread, fmt="o",
+                    color=st["color"], capsize=3, markersize=4, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    depths = sorted(last["depth"].unique().tolist())
+    ax.xaxis.set_major_locator(FixedLocator(depths))
+    ax.xaxis.set_major_formatter(FixedFormatter([str(d) for d in depths]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("layers L (encoder = decoder)")
+    ax.set_ylabel("||E[dL/dW2]||_F, last decoder layer")
+    ax.set_title("value ~ c L^b, 95% interval of b (theory: Post-LN 0, Pre-LN -0.5)", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    if len(last):
+        ax.legend(fontsize=8)
+    return _save(fig, out)
+
+
+def make_figures(agg: Any, experiment: Experiment, fig_dir: Path, gradinit: pd.DataFrame | None = None,
+                 gradinit_fit: pd.DataFrame | None = None) -> dict[str, Path]:
     """Draw every figure the report links; returns key -> path (keys of FIGURES)."""
     fig_dir = Path(fig_dir)
     styles = run_styles(list(experiment.select), experiment)
@@ -239,6 +287,8 @@ def make_figures(agg: Any, experiment: Experiment, fig_dir: Path,
                                         title=f"mean gradient norm per layer over the first {agg.early_updates} updates"),
         "grad_total": plot_total_grad(agg.curves, agg.early_updates, fig_dir / FIGURES["grad_total"], styles=styles),
     }
-    if gradinit is not None and len(gradinit):
-        out["gradinit"] = plot_gradinit(gradinit, fig_dir / FIGURES["gradinit"])
+    if gradinit is not None and len(init_rows(gradinit)):
+        depth = figure_depth(gradinit, experiment.model.decoder_layers)
+        out["gradinit"] = plot_gradinit(gradinit, fig_dir / FIGURES["gradinit"], depth)
+        out["gradinit_depth"] = plot_gradinit_depth(gradinit, gradinit_fit, fig_dir / FIGURES["gradinit_depth"])
     return out

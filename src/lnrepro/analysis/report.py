@@ -31,6 +31,8 @@ from . import study as st
 from .claims import STATUSES, fmt
 from .effects import LEVEL_WORDS
 from .confounds import confounds_rows, differing_keys, flatten, write_confounds
+from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
+from .gradinit_fit import FIT_COLUMNS, HEADLINE, figure_depth, headline, init_rows, last_layer, series_label
 from .plots import make_figures, norm_style
 
 CSS = """
@@ -109,36 +111,113 @@ def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: Sequence[str], dig
     return piv.reset_index()
 
 
-def _read_gradinit(exp_dir: Path) -> tuple[pd.DataFrame | None, str]:
-    """analysis/gradinit.csv when present (else None and the reason)."""
-    path = Path(exp_dir) / "analysis" / "gradinit.csv"
+def _read_analysis_csv(path: Path, columns: list[str]) -> pd.DataFrame | None:
+    """One of the analysis stage's CSV files when present (else None), with at least ``columns``."""
     if not path.exists():
-        return None, f"not computed (no {path.relative_to(exp_dir)})"
+        return None
     try:
         df = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise LnReproError(f"{path}: not a readable CSV ({e})") from e
-    need = {"norm", "seed", "stack", "layer", "sublayer", "param", "grad_norm"}
-    if not need <= set(df.columns):
-        raise LnReproError(f"{path}: expected columns {sorted(need)}, found {list(df.columns)}")
-    return df, ""
+    if not set(columns) <= set(df.columns):
+        raise LnReproError(f"{path}: expected columns {columns}, found {list(df.columns)}")
+    return df
 
 
-def _gradinit_summary(gi: pd.DataFrame) -> pd.DataFrame:
-    """Mean over seeds of each weight's gradient norm: one column per norm variant (in NORMS order), then
-    the first variant's ratio to each other one ("post/pre": how much larger the baseline's gradient is)."""
+def _read_gradinit(exp_dir: Path, experiment: Experiment) -> tuple[pd.DataFrame | None, pd.DataFrame | None, str]:
+    """analysis/gradinit.csv with the rows of gradinit_after_warmup.csv appended when the experiment measures
+    one (its after_warmup_run is selected) and it exists, and gradinit_fit.csv (None when absent); without
+    gradinit.csv (None, None, the reason)."""
+    analysis = Path(exp_dir) / "analysis"
+    gi = _read_analysis_csv(analysis / "gradinit.csv", GRADINIT_COLUMNS)
+    if gi is None:
+        return None, None, "not computed (no analysis/gradinit.csv)"
+    if experiment.analysis.gradinit.after_warmup_run in experiment.runs:
+        after = _read_analysis_csv(analysis / "gradinit_after_warmup.csv", GRADINIT_COLUMNS)
+        gi = gi if after is None else pd.concat([gi, after], ignore_index=True)
+    return gi, _read_analysis_csv(analysis / "gradinit_fit.csv", FIT_COLUMNS), ""
+
+
+def _series_order(gi: pd.DataFrame) -> list[str]:
+    """The gradinit series in figure order: the variants at init (in NORMS order), then after warm-up."""
+    rank = {n: i for i, n in enumerate(NORMS)}
+    pairs = sorted(set(map(tuple, gi[["norm", "checkpoint"]].values)),
+                   key=lambda p: (p[1] != "init", rank.get(p[0], len(rank)), p[0]))
+    return [series_label(n, c) for n, c in pairs]
+
+
+def _gradinit_layers(gi: pd.DataFrame, depth: int) -> pd.DataFrame:
+    """At ``depth`` layers, each weight matrix's expected gradient averaged over seeds: one column per series,
+    the first variant's ratio to each other one at init ("Post-LN/Pre-LN"), and the largest seed-mean noise
+    of the row's values (a difference below it is not a result)."""
     keys = ["stack", "layer", "sublayer", "param"]
-    piv = gi.groupby([*keys, "norm"])["grad_norm"].mean().unstack("norm").reset_index()
-    registered = [n for n in NORMS if n in piv.columns]
-    stale = sorted(set(piv.columns) - set(keys) - set(registered))  # a gradinit.csv from a since-removed variant
-    piv = piv[keys + registered + stale]
-    base = next(iter(NORMS))
-    if base in registered:
-        for n in registered[1:]:
-            piv[f"{base}/{n}"] = piv[base] / piv[n]
+    g = gi[(gi["statistic"] == "expected_grad_fro") & (gi["depth"] == depth)]
+    g = g.assign(series=[series_label(n, c) for n, c in zip(g["norm"], g["checkpoint"])])
+    means = g.groupby([*keys, "series"])[["value", "noise"]].mean()
+    piv = means["value"].unstack("series")
+    series = [s for s in _series_order(g) if s in piv.columns]
+    piv = piv[series]
+    inits = [series_label(n, "init") for n in NORMS if series_label(n, "init") in series]
+    for other in inits[1:]:
+        piv[f"{inits[0]}/{other}"] = piv[inits[0]] / piv[other]
+    piv["noise (max)"] = means["noise"].unstack("series").max(axis=1)
+    piv = piv.reset_index()
     piv.columns.name = None
     order = {"enc": 0, "dec": 1}
     return piv.sort_values(keys, key=lambda s: s.map(order) if s.name == "stack" else s)
+
+
+def _gradinit_by_depth(gi: pd.DataFrame) -> pd.DataFrame:
+    """Figure 3(c) as a table: per depth and variant at init, the last decoder layer's W^2 expected gradient
+    (seed mean, seed standard deviation, mean noise) and the per-batch mean of norms beside it."""
+    last = last_layer(init_rows(gi))
+    last = last[(last["stack"] == HEADLINE["stack"]) & (last["param"] == HEADLINE["param"])]
+    out = pd.DataFrame({"depth": sorted(last["depth"].unique())}).set_index("depth")
+    for norm in [n for n in NORMS if n in set(last["norm"])]:
+        g = last[last["norm"] == norm]
+        e = g[g["statistic"] == HEADLINE["statistic"]].groupby("depth")
+        label = series_label(norm, "init")
+        out[label] = e["value"].mean()
+        out[f"{label} seed sd"] = e["value"].std()
+        out[f"{label} noise"] = e["noise"].mean()
+        out[f"{label} mean_grad_norm"] = g[g["statistic"] == "mean_grad_norm"].groupby("depth")["value"].mean()
+    return out.reset_index()
+
+
+def _after_warmup_text(ctx: _Context) -> str:
+    """Which checkpoint was measured after warm-up, per seed, or why none was."""
+    gi, run = ctx.gradinit, ctx.experiment.analysis.gradinit.after_warmup_run
+    after = gi[gi["checkpoint"] == "after_warmup"]
+    if after.empty:
+        why = "analysis.gradinit.after_warmup_run is null" if run is None else \
+            f"{run} is not selected" if run not in ctx.experiment.runs else "its measurement is missing"
+        return f"No checkpoint after warm-up: {why}."
+    t_warmup = ctx.experiment.runs[run].schedule.warmup_updates
+    seeds = after[["seed", "epoch", "updates", "depth", "d_model"]].drop_duplicates().sort_values("seed")
+    return (f"After warm-up: {run}, the first checkpoint whose update count reaches T_warmup = {t_warmup}: "
+            + "; ".join(f"seed {r.seed}: epoch {r.epoch} ({r.updates} updates)" for r in seeds.itertuples())
+            + f". Its model: {_distinct(seeds['depth'])} layers, d_model {_distinct(seeds['d_model'])}.")
+
+
+def _learning_rates(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
+    """Every update's learning rate per selected run and seed (run, seed, update, lr), from the ``lrs`` lists of
+    train.jsonl's step records (the lrs of the updates since the previous step record, this one last); a
+    resumed run's repeated updates: the last attempt's. Unreadable lines are skipped (the aggregate lists them)."""
+    rows = []
+    for run in experiment.select:
+        for seed in experiment.seeds_of(run):
+            path = ag.run_dir(exp_dir, run, seed) / "train.jsonl"
+            lrs: dict[int, float] = {}
+            for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+                try:
+                    rec = json.loads(line)
+                    if rec.get("kind", "step") == "step" and isinstance(rec.get("lrs"), list):
+                        end = int(rec["update"])
+                        lrs.update(zip(range(end - len(rec["lrs"]) + 1, end + 1), map(float, rec["lrs"])))
+                except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+                    continue
+            rows += [(run, seed, u, lr) for u, lr in sorted(lrs.items())]
+    return pd.DataFrame(rows, columns=["run", "seed", "update", "lr"])
 
 
 def _run_settings(experiment: Experiment) -> list[dict[str, Any]]:
@@ -184,7 +263,8 @@ class _Context:
     tables: dict[str, Path]  # name -> tables/{name}.csv
     figures: dict[str, Path]  # key of FIGURES -> figures/*.png
     confounds: dict[str, Any]  # confounds.analyze_confounds's result
-    gradinit: pd.DataFrame | None  # analysis/gradinit.csv, None when not computed
+    gradinit: pd.DataFrame | None  # analysis/gradinit.csv (+ gradinit_after_warmup.csv), None when not computed
+    gradinit_views: dict[str, pd.DataFrame]  # its tables: gradinit_summary, gradinit_by_depth, gradinit_fit
     gradinit_missing: str  # why gradinit is None
     study: st.Study  # budgets, effects, tuned baselines, claims and findings (lnrepro.analysis.study)
 
@@ -208,15 +288,17 @@ def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
     tables = ag.write_tables(agg, out_dir / "tables")
     study = st.build(exp_dir, experiment, agg)
     tables.update({k: ag.write_csv(v, out_dir / "tables" / f"{k}.csv") for k, v in study.tables().items()})
-    gi, gi_missing = _read_gradinit(exp_dir)
-    if gi is not None:
-        tables["gradinit_summary"] = ag.write_csv(_gradinit_summary(gi), out_dir / "tables" / "gradinit_summary.csv")
-    figures = make_figures(agg, experiment, out_dir / "figures", gi)
+    gi, fit, gi_missing = _read_gradinit(exp_dir, experiment)
+    views = {} if gi is None else {
+        "gradinit_summary": _gradinit_layers(gi, figure_depth(gi, experiment.model.decoder_layers)),
+        "gradinit_by_depth": _gradinit_by_depth(gi), **({} if fit is None else {"gradinit_fit": fit})}
+    tables.update({k: ag.write_csv(v, out_dir / "tables" / f"{k}.csv") for k, v in views.items()})
+    figures = make_figures(agg, experiment, out_dir / "figures", gi, fit)
     # the tuned baselines are a comparison of their own in the confound table
     exp = experiment.to_dict()
     exp["comparisons"] = {**exp["comparisons"], **study.tuned_comparisons}
     confounds = write_confounds(exp, out_dir / "confounds.md", ag.execution_facts(exp_dir, experiment))
-    return _Context(experiment, out_dir, agg, tables, figures, confounds, gi, gi_missing, study)
+    return _Context(experiment, out_dir, agg, tables, figures, confounds, gi, views, gi_missing, study)
 
 
 # --- the sections, in page order (SECTIONS below)
@@ -320,19 +402,43 @@ def _wallclock(ctx: _Context) -> list[str]:
 
 
 def _gradinit(ctx: _Context) -> list[str]:
-    gi = ctx.gradinit
+    gi, views = ctx.gradinit, ctx.gradinit_views
     if gi is None:
-        return [f"<p>Gradient norms at initialization: {_esc(ctx.gradinit_missing)}.</p>"]
-    meta = [f"{col}: {_distinct(gi[col])}" for col in ("dropout", "batches", "max_tokens", "target_tokens")
-            if col in gi.columns]
-    return [
-        "<p>The paper's Section 3 / Figure 3: Frobenius norm of the loss gradient (label-smoothed, per target "
-        "token) with respect to each layer's weights at initialization, on real training batches, averaged over "
-        f"batches, then over seeds {_esc(_distinct(gi['seed']))}. "
-        f"Expected: Post-LN's grows toward the top of the decoder, Pre-LN's stays flat. {_esc('; '.join(meta))}</p>",
-        ctx.figure("gradinit", "gradient norm at initialization by layer"),
-        _table(_gradinit_summary(gi), "gradinit"),
+        return [f"<p>Expected gradient at initialization: {_esc(ctx.gradinit_missing)}.</p>"]
+    init = init_rows(gi)
+    depth = figure_depth(gi, ctx.experiment.model.decoder_layers)
+    used = "; ".join(f"{col}: {_distinct(init[col])}" for col in (
+        "batches", "max_tokens", "target_tokens", "d_model", "ffn_dim", "heads", "label_smoothing", "dropout",
+        "precision"))
+    parts = [
+        "<p>The paper's Section 3.4 and Figure 3: for every layer weight matrix, its gradient on each of K real "
+        "training batches (the cross-entropy averaged over the batch's target tokens), averaged elementwise; the "
+        "Frobenius norm of that mean is the value, ||E_batch[dL/dW]||_F (<code>expected_grad_fro</code>; the "
+        "per-batch mean of norms, <code>mean_grad_norm</code>, is the other statistic of gradinit.csv). Its noise "
+        "is the standard error sqrt(sum_k ||g_k - g_mean||_F^2 / (K (K - 1))); with K batches the squared value "
+        "overestimates ||E[g]||^2 by about the squared noise. Every norm position starts from the same weights for "
+        f"a seed and sees the same batches. Seeds {_esc(_distinct(init['seed']))}; depths "
+        f"{_esc(_distinct(init['depth']))} (encoder = decoder layers); {_esc(used)}.</p>",
+        f"<p>{_esc(_after_warmup_text(ctx))}</p>",
+        f"<h3>Figure 3(a)/(b): the FFN weights by layer, {depth}-{depth} layers</h3>",
+        ctx.figure("gradinit", "expected gradient of W1 and W2 by layer"),
+        "<p>Every layer weight at that depth (seed means), the ratio of the first variant's to each other's, and "
+        "the largest seed-mean noise of the row:</p>",
+        _table(views["gradinit_summary"], "gradinit"),
+        "<h3>Figure 3(c): the last layer's W2 against depth</h3>",
+        ctx.figure("gradinit_depth", "last decoder layer's W2 expected gradient against depth, log-log"),
     ]
+    if "gradinit_fit" not in views:
+        return parts + ["<p><em>No fit (analysis/gradinit_fit.csv absent).</em></p>"]
+    fit = views["gradinit_fit"]
+    top = headline(fit)
+    parts.append("<p>Fitted value ~ c L^b (" + _esc(", ".join(sorted(set(top["interval"])))) + "): " + _esc("; ".join(
+        f"{series_label(r.norm, 'init')} b = {r.b:.3f} [{r.b_low:.3f}, {r.b_high:.3f}]"
+        + (f" (theory {r.theory_b:g})" if math.isfinite(r.theory_b) else "") for r in top.itertuples())) + ".</p>")
+    rest = fit.drop(top.index)
+    return parts + [_table(views["gradinit_by_depth"], "gradinit-by-depth"),
+                    "<p>Every fit (last layer of each stack, both FFN matrices, both statistics):</p>",
+                    _table(pd.concat([top, rest]).drop(columns="interval"), "gradinit-fit")]
 
 
 def _interval_cell(v: float, lo: float, hi: float) -> str:

@@ -1,0 +1,98 @@
+"""Figure 3(c)'s fit, and the views of gradinit.csv that the fit, the figures and the report share (torch-free).
+
+The fit: the last layer's expected gradient against depth, value ~ c * L^b, a straight line on log-log axes
+fitted by ordinary least squares over every (depth, seed) value; the 95% interval of b is the OLS t interval
+(df = n - 2) with the seeds as replicates at each depth. Theorem 1 (Section 3.3) bounds the gradient of the
+last FFN's W^2 by O(d sqrt(ln d)) in Post-LN and O(d sqrt(ln d / L)) in Pre-LN: b = 0 and b = -0.5.
+The seeds are independent models on independent batches; a seed's batches are shared across its depths,
+which adds a per-seed offset to log(value): it widens the residuals, so the interval errs on the wide side.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..norms import NORMS
+from .aggregate import write_csv
+
+FIT_COLUMNS = ["norm", "stack", "layer", "param", "statistic", "b", "b_low", "b_high", "c", "depths", "seeds", "n",
+               "theory_b", "interval"]
+INTERVAL = "OLS 95% t interval (df = n - 2), seeds as replicates"
+THEORY_B = {"post": 0.0, "pre": -0.5}  # Theorem 1 for the last FFN's W^2; none for other variants
+HEADLINE = {"stack": "dec", "layer": "last", "param": "fc2", "statistic": "expected_grad_fro"}  # Figure 3(c)
+_FIT_PARAMS = ("fc2", "fc1")  # the FFN's W^2 (the theorem's) and W^1
+_STACKS = ("dec", "enc")
+_AFTER_WARMUP_LABEL = "after warm-up"
+
+
+def init_rows(gi: pd.DataFrame) -> pd.DataFrame:
+    """The fresh models' rows (checkpoint init)."""
+    return gi[gi["checkpoint"] == "init"]
+
+
+def last_layer(gi: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each model's last layer (layer = depth - 1; encoder and decoder have ``depth`` layers)."""
+    return gi[gi["layer"] == gi["depth"] - 1]
+
+
+def series_label(norm: str, checkpoint: str) -> str:
+    """How figures and tables name a series: the variant's label, "after warm-up" for a trained checkpoint."""
+    label = NORMS[norm].label if norm in NORMS else norm
+    return label if checkpoint == "init" else f"{label} {_AFTER_WARMUP_LABEL}"
+
+
+def figure_depth(gi: pd.DataFrame, preferred: int) -> int:
+    """The depth Figure 3(a)/(b) shows: ``preferred`` (the experiment's) when measured at init, else the smallest."""
+    depths = sorted(init_rows(gi)["depth"].unique().tolist())
+    return preferred if preferred in depths else int(depths[0])
+
+
+def power_law(depths: np.ndarray, values: np.ndarray, level: float = 0.95) -> tuple[float, float, float, float]:
+    """(b, b_low, b_high, c) of value ~ c * depth^b by least squares on the logs, with the t interval of b
+    (NaN where fewer than three points or one depth leave no residual degree of freedom)."""
+    from scipy import stats
+
+    x, y = np.log(np.asarray(depths, dtype=float)), np.log(np.asarray(values, dtype=float))
+    if len(x) < 3 or np.ptp(x) == 0:
+        return (np.nan,) * 4
+    dx = x - x.mean()
+    b = float(dx @ (y - y.mean()) / (dx @ dx))
+    a = y.mean() - b * x.mean()
+    resid = y - a - b * x
+    half = stats.t.ppf(0.5 + level / 2, len(x) - 2) * float(np.sqrt(resid @ resid / (len(x) - 2) / (dx @ dx)))
+    return b, b - half, b + half, float(np.exp(a))
+
+
+def fit_depths(gi: pd.DataFrame) -> pd.DataFrame:
+    """One row per norm variant, stack, FFN matrix and statistic: the power law of the last layer's value against
+    depth at initialization (columns FIT_COLUMNS; the Figure 3(c) row is HEADLINE's)."""
+    last = last_layer(init_rows(gi))
+    rows = []
+    for norm in [n for n in NORMS if n in set(last["norm"])] + sorted(set(last["norm"]) - set(NORMS)):
+        for stack in _STACKS:
+            for param in _FIT_PARAMS:
+                for statistic, g in last[(last["norm"] == norm) & (last["stack"] == stack) &
+                                         (last["param"] == param)].groupby("statistic", sort=False):
+                    b, lo, hi, c = power_law(g["depth"].to_numpy(), g["value"].to_numpy())
+                    rows.append({"norm": norm, "stack": stack, "layer": "last", "param": param,
+                                 "statistic": statistic, "b": b, "b_low": lo, "b_high": hi, "c": c,
+                                 "depths": ";".join(map(str, sorted(g["depth"].unique()))),
+                                 "seeds": ";".join(map(str, sorted(g["seed"].unique()))), "n": len(g),
+                                 "theory_b": THEORY_B.get(norm, np.nan), "interval": INTERVAL})
+    return pd.DataFrame(rows, columns=FIT_COLUMNS)
+
+
+def headline(fit: pd.DataFrame) -> pd.DataFrame:
+    """The Figure 3(c) rows of a fit table (last decoder layer's W^2, expected gradient), one per norm variant."""
+    mask = np.logical_and.reduce([fit[k] == v for k, v in HEADLINE.items()])
+    return fit[mask]
+
+
+def write_fit(gi: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """``fit_depths`` of gradinit.csv's table, written to ``path`` (gradinit_fit.csv)."""
+    fit = fit_depths(gi)
+    write_csv(fit, Path(path))
+    return fit
