@@ -1,13 +1,15 @@
-"""Configuration: defaults + run delta resolution, selection, typed slices, and errors that name the key."""
+"""Configuration: defaults + run delta resolution, selection, grids, typed slices, and errors that name the key."""
 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import copy_repo, snakemake
 from lnrepro import config as cfg
 from lnrepro.errors import LnReproError
 
@@ -87,8 +89,7 @@ def test_select_narrows_the_runs(tmp_path: Path) -> None:
 def test_demo_preset_is_valid_and_scaled() -> None:
     c = cfg.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"])
     assert c["name"] == "demo" and c["defaults"]["data"]["dataset"] == "synthetic"
-    assert len(c["select"]) == 5 and c["seeds"] == [1]
-    assert c["scaling"] and "warmup_updates" in c["scaling"]
+    assert c["scaling"] and {"warmup_updates", "epochs", "grids"} <= set(c["scaling"])
 
 
 @pytest.mark.parametrize(
@@ -165,3 +166,160 @@ def test_norm_enum_comes_from_the_registry() -> None:
     from lnrepro.norms import NORMS
 
     assert cfg.load_schema()["$defs"]["model"]["properties"]["norm"]["enum"] == list(NORMS)
+
+
+# ---- grids --------------------------------------------------------------------------------------------------
+
+TUNE_POSTLN = "postln_warmup_isqrt__lr_max={lr}__warmup_updates={w}"
+TUNE_PRELN = "preln_nowarmup_step8__lr_max={lr}__decay_epochs={e}"
+
+
+def with_layer(paper: dict, layer: dict) -> dict:
+    """The paper config with ``layer`` merged in as a preset would be, validated."""
+    c = cfg.deep_merge(paper, layer)
+    cfg.validate_config(c)
+    return c
+
+
+def test_grids_expand_into_runs_named_by_key_and_value(paper: dict) -> None:
+    runs = cfg.grid_runs(paper)
+    lrs, warmups = ["2.5e-4", "5.0e-4", "1.0e-3"], [2000, 4000, 8000]
+    assert list(runs["tune_postln"]) == [TUNE_POSTLN.format(lr=lr, w=w) for lr in lrs for w in warmups]
+    assert list(runs["tune_preln"]) == [TUNE_PRELN.format(lr=lr, e=e) for lr in lrs for e in (6, 8, 10)]
+    assert len(runs["warmup_study"]) == 6
+    r = cfg.resolve_run(paper, TUNE_POSTLN.format(lr="1.0e-3", w=2000))
+    assert r.optim.lr_max == 1e-3 and r.model.norm == "post" and r.factors == {"norm": "post", "warmup": True, "decay": "isqrt"}
+    p = cfg.resolve_run(paper, TUNE_PRELN.format(lr="2.5e-4", e=10))
+    assert p.schedule.decay_epochs == (10,) and p.optim.lr_max == 2.5e-4 and p.model.norm == "pre"
+
+
+def test_the_default_selection_is_the_eight_cells(paper: dict) -> None:
+    x = cfg.experiment(paper)
+    assert x.select == tuple(paper["select"]) and len(x.select) == 8 and x.grids == {}
+    assert all(x.seeds_of(run) == (1, 2, 3) for run in x.select)
+
+
+@pytest.mark.parametrize(
+    "key, value, text",
+    [
+        ("optim.lr_max", 1.0e-3, "lr_max=1.0e-3"),
+        ("optim.lr_max", 2.5e-4, "lr_max=2.5e-4"),
+        ("optim.betas", [0.9, 0.98], "betas=9.0e-1-9.8e-1"),
+        ("schedule.decay_factor", 1.0, "decay_factor=1.0"),
+        ("schedule.decay_epochs", [6, 8], "decay_epochs=6-8"),
+        ("model.share_all_embeddings", False, "share_all_embeddings=false"),
+        ("model.norm", "pre", "norm=pre"),
+        ("train.max_tokens", 2048, "max_tokens=2048"),
+    ],
+)
+def test_a_run_name_writes_the_value_as_the_config_does(paper: dict, key: str, value, text: str) -> None:
+    c = with_layer(paper, {"grids": {"g": {"base": "postln_warmup_isqrt", "values": {key: [value]}}}})
+    assert list(cfg.grid_runs(c)["g"]) == [f"postln_warmup_isqrt__{text}"]
+
+
+def test_grid_run_names_determine_their_settings() -> None:
+    """The premise of a name two grids generate being one run: no two run settings end in the same name."""
+    keys = [key for section in cfg.RunSettings.__dataclass_fields__ for key in cfg.load_schema()["$defs"][section]["properties"]]
+    assert len(keys) == len(set(keys))
+
+
+def test_varying_warmup_sets_the_anchor_only_inside_the_grid(paper: dict) -> None:
+    for w in (2000, 8000):
+        s = cfg.resolve_run(paper, TUNE_POSTLN.format(lr="5.0e-4", w=w)).schedule
+        assert (s.warmup, s.warmup_updates, s.anchor_updates) == (True, w, w)
+    # a grid not varying T_warmup, and the cells, keep the configured anchor
+    assert cfg.resolve_run(paper, TUNE_PRELN.format(lr="5.0e-4", e=6)).schedule.anchor_updates == 4000
+    assert cfg.resolve_run(paper, "postln_warmup_isqrt").schedule.anchor_updates == 4000
+
+
+def test_warmup_zero_means_no_warmup(paper: dict) -> None:
+    s = cfg.resolve_run(paper, "postln_warmup_isqrt__lr_max=1.0e-3__warmup_updates=0").schedule
+    assert s.warmup is False and (s.warmup_updates, s.anchor_updates) == (4000, 4000)  # the rest as configured
+    s = cfg.resolve_run(paper, "postln_warmup_isqrt__lr_max=1.0e-3__warmup_updates=500").schedule
+    assert s.warmup is True and (s.warmup_updates, s.anchor_updates) == (500, 500)
+
+
+def test_selecting_a_grid_selects_its_runs_with_its_seeds(paper: dict, tmp_path: Path) -> None:
+    c = with_layer(paper, {"select": ["postln_warmup_isqrt", "tune_preln"], "grids": {"tune_preln": {"seeds": [7]}}})
+    x = cfg.experiment(c)
+    grid = list(cfg.grid_runs(c)["tune_preln"])
+    assert x.select == ("postln_warmup_isqrt", *grid) and set(x.runs) == set(x.select)
+    assert list(x.grids) == ["tune_preln"] and x.grids["tune_preln"].runs == tuple(grid)
+    assert x.grids["tune_preln"].base == "preln_nowarmup_step8" and x.grids["tune_preln"].values["schedule.decay_epochs"] == ([6], [8], [10])
+    assert x.seeds_of(grid[0]) == (7,) and x.seeds_of("postln_warmup_isqrt") == (1, 2, 3)
+    assert x.run_config(grid[4], 7).schedule.decay_epochs == (8,)
+    x.write(tmp_path / "experiment.json")
+    assert cfg.Experiment.read(tmp_path / "experiment.json") == x
+
+
+def test_a_grid_run_is_selected_like_any_run(paper: dict) -> None:
+    name = TUNE_POSTLN.format(lr="1.0e-3", w=8000)
+    x = cfg.experiment(with_layer(paper, {"select": [name, "preln_nowarmup_step8"]}))
+    assert x.select == (name, "preln_nowarmup_step8")
+    assert x.grids["tune_postln"].runs == (name,) and x.seeds_of(name) == (1, 2, 3)  # a grid's seeds default to the experiment's
+
+
+def test_a_run_two_grids_generate_is_one_run_with_their_seeds(paper: dict) -> None:
+    c = with_layer(paper, {"select": ["tune_postln", "warmup_study"], "grids": {"tune_postln": {"seeds": [1]},
+                                                                               "warmup_study": {"seeds": [2, 1]}}})
+    x = cfg.experiment(c)
+    shared = TUNE_POSTLN.format(lr="5.0e-4", w=4000)
+    assert len(x.select) == 9 + 6 - 2 and x.select.count(shared) == 1
+    assert x.seeds_of(shared) == (1, 2) and x.seeds_of(TUNE_POSTLN.format(lr="5.0e-4", w=8000)) == (1,)
+
+
+def test_the_demo_selects_the_cells_and_two_trials_per_arm() -> None:
+    x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"]))
+    assert x.select[:8] == tuple(cfg.load_config([REPO / "config.yaml"])["select"]) and x.epochs >= 3
+    assert all(x.seeds_of(run) == (1, 2) for run in x.select[:8])
+    assert {g: len(s.runs) for g, s in x.grids.items()} == {"tune_postln": 2, "tune_preln": 2}
+    assert all(s.seeds == (1,) for s in x.grids.values()) and len(x.select) == 12
+
+
+@pytest.mark.parametrize(
+    "grids, message",
+    [
+        ({"g": {"base": "postln_typo", "values": {"optim.lr_max": [1.0e-3]}}}, r"grids.g.base names run 'postln_typo'"),
+        ({"g": {"base": "postln_warmup_isqrt", "values": {"optim.lr_mx": [1.0e-3]}}}, r"unknown key grids.g.values.optim.lr_mx"),
+        ({"g": {"base": "postln_warmup_isqrt", "values": {"optim.lr_max": ["1e-3"]}}},
+         r"key grids.g.values.optim.lr_max.0: '1e-3' is not of type 'number'"),
+        ({"g": {"base": "postln_warmup_isqrt", "values": {"optim.lr_max": []}}}, r"key grids.g.values.optim.lr_max:"),
+        ({"g": {"base": "postln_warmup_isqrt", "values": {"schedule.anchor_updates": [0]}}},
+         r"key grids.g.values.schedule.anchor_updates.0:"),  # only T_warmup takes 0 (no warm-up)
+        ({"g": {"base": "postln_warmup_isqrt", "values": {"schedule.warmup_updates": [500], "schedule.anchor_updates": [500]}}},
+         r"grids.g.values: schedule.anchor_updates with schedule.warmup_updates, which sets them"),
+        ({"g": {"base": "postln_warmup_isqrt", "values": {"train.diverge_loss": [1.0e+20]}}},
+         r"run name 'postln_warmup_isqrt__diverge_loss=1e\+20' holds characters outside"),
+        ({"postln_warmup_step8": {"base": "postln_warmup_isqrt", "values": {"optim.lr_max": [1.0e-3]}}},
+         r"grids.postln_warmup_step8: a grid may not have the name of a run"),
+        ({"g": {"base": "postln_warmup_isqrt", "values": {"optim.lr_max": [1.0e-3]}, "seeds": []}}, r"key grids.g.seeds:"),
+    ],
+)
+def test_invalid_grids_are_rejected_by_name(paper: dict, grids: dict, message: str) -> None:
+    with pytest.raises(LnReproError, match=message):
+        with_layer(paper, {"grids": grids})
+
+
+def test_a_grid_run_may_not_shadow_a_run(paper: dict) -> None:
+    layer = {"runs": {"postln_warmup_isqrt__lr_max=1.0e-3": {"optim": {"lr_max": 1.0e-3}}},
+             "grids": {"g": {"base": "postln_warmup_isqrt", "values": {"optim.lr_max": [1.0e-3]}}}}
+    with pytest.raises(LnReproError, match=r"grids.g generates run 'postln_warmup_isqrt__lr_max=1.0e-3', which is also under runs:"):
+        with_layer(paper, layer)
+
+
+def test_select_names_a_run_or_a_grid(paper: dict) -> None:
+    with pytest.raises(LnReproError, match=r"select names 'tune_typo', which is neither a run .* nor a grid \(tune_postln"):
+        with_layer(paper, {"select": ["tune_typo"]})
+    with pytest.raises(LnReproError, match=r"decay_epochs \[10\] beyond the last epoch"):  # a selected grid's runs are checked
+        with_layer(paper, {"select": ["tune_preln"], "defaults": {"train": {"epochs": 9}}})
+
+
+def test_a_selected_grid_trains_in_the_dag_with_its_seeds(tmp_path: Path) -> None:
+    """Through the Snakefile: grid run names (with "." and "=") match the run wildcard, each with its seeds."""
+    work = copy_repo(tmp_path / "repo")
+    warmup0 = "postln_warmup_isqrt__lr_max=1.0e-3__warmup_updates=0"
+    (work / "grid.yaml").write_text(yaml.safe_dump({"select": ["tune_preln", warmup0], "grids": {"tune_preln": {"seeds": [5]}}}))
+    proc = snakemake(work, "train", "-n", "--configfile", "grid.yaml")
+    jobs = set(re.findall(r"wildcards: run=([^,\s]+), seed=(\d+)", proc.stdout + proc.stderr))
+    grid = cfg.grid_runs(cfg.load_config([REPO / "config.yaml"]))["tune_preln"]
+    assert jobs == {(run, "5") for run in grid} | {(warmup0, seed) for seed in "123"}

@@ -1,5 +1,7 @@
 # What the rule files share besides lnrepro.paths (P): the configuration slices every stage reads.
 
+import json
+
 from lnrepro.io import atomic_write_json
 
 # Each stage reads its settings from one JSON slice of the loaded config (lnrepro.config.settings); a rule
@@ -39,10 +41,13 @@ rule write_slice:
         atomic_write_json(output[0], params.slice)
 
 
+# One per training, so a shell job: Snakemake runs a `run:` job as a second Snakemake process that parses the
+# Snakefile again (seconds each), a shell job in milliseconds. The JSON is the slice as atomic_write_json
+# writes it, to a temporary name and renamed into place.
 rule write_run_config:
     output:
         P.run_config(),
     params:
-        slice=lambda w: X.run_config(w.run, int(w.seed)).to_dict(),
-    run:
-        atomic_write_json(output[0], params.slice)
+        slice=lambda w: json.dumps(X.run_config(w.run, int(w.seed)).to_dict(), indent=2, sort_keys=True),
+    shell:
+        "printf '%s\\n' {params.slice:q} > {output}.tmp && mv {output}.tmp {output}"

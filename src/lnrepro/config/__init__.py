@@ -10,6 +10,7 @@ from .load import (
     deep_merge,
     eval_settings,
     experiment,
+    grid_runs,
     load_config,
     load_schema,
     resolve_run,
@@ -25,6 +26,7 @@ from .settings import (
     EvalSettings,
     Experiment,
     GradinitSettings,
+    GridSettings,
     ModelSettings,
     OptimSettings,
     Resources,
@@ -38,8 +40,8 @@ from ..errors import LnReproError
 
 __all__ = [
     "FACTOR_KEYS", "LOCATION_KEYS", "REPO_ROOT", "SCHEMA_PATH", "AnalysisSettings", "BpeSettings", "Comparison",
-    "DataSettings", "EvalSettings", "Experiment", "GradinitSettings", "LnReproError", "ModelSettings",
-    "OptimSettings", "Resources", "RunConfig", "RunSettings", "ScheduleSettings", "Section", "TrainSettings",
-    "check_semantics", "data_settings", "dataset_section", "deep_merge", "eval_settings", "experiment",
-    "load_config", "load_schema", "resolve_run", "resources", "validate_config",
+    "DataSettings", "EvalSettings", "Experiment", "GradinitSettings", "GridSettings", "LnReproError",
+    "ModelSettings", "OptimSettings", "Resources", "RunConfig", "RunSettings", "ScheduleSettings", "Section",
+    "TrainSettings", "check_semantics", "data_settings", "dataset_section", "deep_merge", "eval_settings",
+    "experiment", "grid_runs", "load_config", "load_schema", "resolve_run", "resources", "validate_config",
 ]
