@@ -1,0 +1,51 @@
+"""The model sizes the bench measures, and the training and decoding settings it measures them with.
+
+The values are copied from the configuration they stand for (named beside each), not read from it: the bench
+measures the cost of a shape, and it must keep running while the configuration layer changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # lnrepro.model imports torch; the CLI reads SIZES to build its parser without it
+    from ..model import ModelConfig
+
+
+@dataclass(frozen=True)
+class Size:
+    """One model shape: ModelConfig fields (vocabulary apart) and the vocabulary its BPE is learned with."""
+
+    name: str
+    vocab: int
+    model: dict = field(default_factory=dict)
+    about: str = ""
+
+    def config(self, norm: str = "pre") -> "ModelConfig":
+        """The project's ModelConfig; Pre-LN by default, the placement the reference (norm_first=True) has."""
+        from ..model import ModelConfig
+
+        return ModelConfig(vocab_size=self.vocab, norm=norm, **self.model)
+
+
+SIZES: dict[str, Size] = {
+    # presets/multi30k.yaml: the paper's depth at width 256
+    "multi30k": Size("multi30k", 8000, {"encoder_layers": 6, "decoder_layers": 6, "d_model": 256, "heads": 4,
+                                        "ffn_dim": 512}, "Multi30k preset: 6+6 layers, d_model 256, 4 heads, FFN 512"),
+    # config.yaml defaults: transformer_iwslt_de_en
+    "paper": Size("paper", 10000, {"encoder_layers": 6, "decoder_layers": 6, "d_model": 512, "heads": 4,
+                                   "ffn_dim": 1024}, "paper: 6+6 layers, d_model 512, 4 heads, FFN 1024"),
+    # presets/demo.yaml: what --quick and the growth measurements use
+    "tiny": Size("tiny", 600, {"encoder_layers": 2, "decoder_layers": 2, "d_model": 64, "heads": 4,
+                               "ffn_dim": 128}, "demo preset: 2+2 layers, d_model 64, 4 heads, FFN 128"),
+}
+
+# config.yaml defaults.optim: torch.optim.AdamW as the training loop builds it, and the label smoothing
+OPTIM = {"lr": 5e-4, "betas": (0.9, 0.98), "eps": 1e-8, "weight_decay": 1e-4}
+LABEL_SMOOTHING = 0.1
+MAX_TOKENS = 4096  # config.yaml defaults.train.max_tokens (the paper's batch)
+BATCH_MULTIPLE = 8  # train.required_batch_size_multiple
+# config.yaml defaults.eval (the Multi30k preset keeps them) plus the label smoothing score_checkpoint reads
+EVAL = {"beam": 5, "lenpen": 1.2, "max_len_a": 0, "max_len_b": 200, "splits": ["valid", "test"],
+        "max_tokens": 8000, "precision": "fp32", "label_smoothing": LABEL_SMOOTHING}

@@ -1,0 +1,119 @@
+"""Training throughput: the project's training step against the reference, on identical real batches.
+
+The project's step is the one ``lnrepro.train.loop`` runs (``_Trainer.run``), statement for statement: set the
+learning rate, forward under bf16 autocast (or none), ``label_smoothed_nll_loss`` outside autocast, the one
+loss sync the divergence check needs, ``zero_grad(set_to_none=True)``, backward of loss / target tokens,
+``AdamW.step``. Left out, as a few percent at most: the gradient norms the loop computes every ``log_every``
+(100) updates, and clipping (``clip_norm`` 0 by default). The loop has no step function of its own to import,
+so the statements are mirrored here; keep them in step with loop.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+from ..errors import LnReproError
+from ..model import Transformer
+from ..train.loss import label_smoothed_nll_loss
+from .batches import Batch, padded_fraction, sample_batches
+from .corpus import Corpus
+from .reference import ReferenceTransformer, reference_optimizer, reference_step
+from .sizes import LABEL_SMOOTHING, MAX_TOKENS, OPTIM, Size
+from .timing import ab, interleave, log
+
+SEED = 1
+
+
+def project_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+    """torch.optim.AdamW as the loop builds it (default foreach implementation, decoupled weight decay)."""
+    return torch.optim.AdamW(model.parameters(), **OPTIM)
+
+
+def autocast(precision: str) -> contextlib.AbstractContextManager:
+    """The loop's autocast: bf16 on the CPU, or nothing for fp32."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+
+def project_step(model: Transformer, opt: torch.optim.Optimizer, batch: Batch, precision: str,
+                 lr: float = OPTIM["lr"]) -> float:
+    """One training update exactly as the loop does it; returns the loss per target token."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    with autocast(precision):
+        logits = model(batch.src, batch.prev)
+    loss_sum, _ = label_smoothed_nll_loss(logits, batch.target, LABEL_SMOOTHING)
+    loss = float(loss_sum.detach()) / batch.ntok  # the loop's one sync per update (divergence check)
+    if not math.isfinite(loss):
+        raise LnReproError(f"bench: non-finite training loss ({loss}) at lr {lr}")
+    opt.zero_grad(set_to_none=True)
+    (loss_sum / batch.ntok).backward()
+    opt.step()
+    return loss
+
+
+def measure_training(corpus: Corpus, sizes: list[Size], precisions: list[str], reps: int,
+                     peak_n: int | None = None) -> list[dict]:
+    """tokens/s of project and reference per size and precision, on ``reps + 1`` random real batches.
+
+    Round k (the warm-up, then each repetition) runs project and reference on batch k: A and B of a round see
+    the same batch, and the repetitions cover several batch shapes. The per-repetition ratio is therefore
+    clean of batch-to-batch variation; the spread of tokens/s includes it. With ``peak_n``, every round also
+    times the n x n matmul of the precision (mfu.py), third.
+    """
+    from .mfu import matmul
+
+    rows = []
+    for size in sizes:
+        src, tgt = corpus.pairs(size.vocab, "train")
+        batches = sample_batches(src, tgt, reps + 1, MAX_TOKENS, SEED)
+        timed_batches = batches[1:]
+        cfg = size.config()
+        torch.manual_seed(SEED)
+        project = Transformer(cfg).train()
+        torch.manual_seed(SEED)
+        reference = ReferenceTransformer(cfg).train()
+        p_opt, r_opt = project_optimizer(project), reference_optimizer(reference)
+        ntok = [b.ntok for b in timed_batches]
+        flops = {"unpadded": [b.flops(project) for b in timed_batches],
+                 "padded": [b.flops(project, padded=True) for b in timed_batches]}
+        for precision in precisions:
+            log(f"train {size.name} {precision}: 1 warm-up + {reps} interleaved repetitions, one random batch each "
+                f"(~{sum(ntok) // len(ntok)} target tokens)" + (f", with the {peak_n}^2 matmul peak" if peak_n else ""))
+
+            def project_rounds():
+                it = iter(batches)
+                return lambda: project_step(project, p_opt, next(it), precision)
+
+            def reference_rounds():
+                it = iter(batches)
+
+                def run() -> None:
+                    b = next(it)
+                    reference_step(reference, r_opt, b.src, b.prev, b.target, b.ntok, precision == "bf16")
+                return run
+
+            fns = [project_rounds(), reference_rounds()]
+            if peak_n:
+                peak_fn, peak_flops = matmul(precision, peak_n)
+                fns.append(peak_fn)
+            seconds = interleave(fns, reps)
+            s_project, s_reference = seconds[:2]
+            res = ab(ntok, s_project, ntok, s_reference)
+            row = {
+                "size": size.name, "precision": precision, "model": {**size.model, "vocab_size": size.vocab},
+                "params": {"project": project.num_params(),
+                           "reference": sum(p.numel() for p in reference.parameters())},
+                "warmup_batch": batches[0].shape, "batches": [b.shape for b in timed_batches],
+                "padding": padded_fraction(timed_batches), "target_tokens": ntok, "flops": flops,
+                "seconds": {"project": s_project, "reference": s_reference},
+                "tokens_per_s": {"project": res["a"], "reference": res["b"]},
+                "ratio": res["ratio"], "ratio_per_rep": res["ratio_per_rep"],
+            }
+            if peak_n:
+                row["seconds"]["peak"] = seconds[2]
+                row.update(peak_n=peak_n, peak_flops=peak_flops)
+            rows.append(row)
+    return rows
