@@ -11,6 +11,7 @@ from conftest import SHARED
 from lnrepro import bpe
 from lnrepro.data import synthetic
 from lnrepro.data.prepared import write_prepared
+from lnrepro.config import BpeSettings
 from lnrepro.errors import LnReproError
 from lnrepro.vocab import BOS, EOS, PAD, UNK
 
@@ -35,7 +36,7 @@ def prepared(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def bpe_dir(prepared: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bpe")
-    assert bpe.learn_bpe(prepared, out, {"vocab_size": VOCAB, "seed": 1}) == out / "spm.model"
+    assert bpe.learn_bpe(prepared, out, BpeSettings(VOCAB, 1.0, 1)) == out / "spm.model"
     bpe.apply_bpe(prepared, out, threads=2)
     return out
 
@@ -102,8 +103,8 @@ def test_byte_fallback_on_unseen_characters(bpe_dir: Path) -> None:
 
 
 def test_reproducible_model_bytes(prepared: Path, bpe_dir: Path, tmp_path: Path) -> None:
-    bpe.learn_bpe(prepared, tmp_path / "a", {"vocab_size": VOCAB, "seed": 1})
-    bpe.learn_bpe(prepared, tmp_path / "b", {"vocab_size": VOCAB, "seed": 1}, threads=2)
+    bpe.learn_bpe(prepared, tmp_path / "a", BpeSettings(VOCAB, 1.0, 1))
+    bpe.learn_bpe(prepared, tmp_path / "b", BpeSettings(VOCAB, 1.0, 1), threads=2)
     model = (bpe_dir / "spm.model").read_bytes()
     assert (tmp_path / "a" / "spm.model").read_bytes() == model
     assert (tmp_path / "b" / "spm.model").read_bytes() == model  # independent of the rule's threads
@@ -111,20 +112,17 @@ def test_reproducible_model_bytes(prepared: Path, bpe_dir: Path, tmp_path: Path)
 
 
 def test_vocab_size_errors(prepared: Path, tmp_path: Path) -> None:
+    # What only the corpus decides (a type or range error is the schema's, when the config is loaded).
     with pytest.raises(LnReproError, match=r"bpe\.vocab_size.*at most \d+"):
-        bpe.learn_bpe(prepared, tmp_path, {"vocab_size": 50_000})
+        bpe.learn_bpe(prepared, tmp_path, BpeSettings(50_000, 1.0, 1))
     with pytest.raises(LnReproError, match=r"bpe\.vocab_size"):
-        bpe.learn_bpe(prepared, tmp_path, {"vocab_size": 270})  # 4 + 256 + fewer than the corpus' characters
-    with pytest.raises(LnReproError, match=r"bpe\.vocab_size"):
-        bpe.learn_bpe(prepared, tmp_path, {"vocab_size": "8000"})
-    with pytest.raises(LnReproError, match=r"bpe\.character_coverage"):
-        bpe.learn_bpe(prepared, tmp_path, {"vocab_size": VOCAB, "character_coverage": 1.5})
+        bpe.learn_bpe(prepared, tmp_path, BpeSettings(270, 1.0, 1))  # 4 + 256 + fewer than the corpus' characters
     assert not (tmp_path / "spm.model").exists()
 
 
 def test_missing_inputs(tmp_path: Path) -> None:
     with pytest.raises(LnReproError, match="train.de"):
-        bpe.learn_bpe(tmp_path, tmp_path / "bpe", {"vocab_size": VOCAB})
+        bpe.learn_bpe(tmp_path, tmp_path / "bpe", BpeSettings(VOCAB, 1.0, 1))
     with pytest.raises(LnReproError, match="spm.model"):
         bpe.apply_bpe(tmp_path, tmp_path)
     (tmp_path / "spm.model").write_bytes(b"not a model")
@@ -140,7 +138,7 @@ def test_round_trip_iwslt_dev_sample(tmp_path: Path) -> None:
     # Small BPE on the first lines only, so the rest also exercises unseen words (and maybe bytes).
     write_prepared(tmp_path / "prep", {"train": (de[:600], en[:600]), "valid": (de, en), "test": (de[:1], en[:1])},
                    {"valid": (de, en), "test": (de[:1], en[:1])}, {})
-    bpe.learn_bpe(tmp_path / "prep", tmp_path / "bpe", {"vocab_size": 1000, "character_coverage": 0.9995})
+    bpe.learn_bpe(tmp_path / "prep", tmp_path / "bpe", BpeSettings(1000, 0.9995, 1))
     stats = bpe.apply_bpe(tmp_path / "prep", tmp_path / "bpe")
     sp = bpe.load_spm(tmp_path / "bpe")
     for line in de + en:

@@ -140,15 +140,6 @@ def test_german_inflection() -> None:
     assert (tuer.gender, tuer.de_pl, tuer.en) == ("f", "Haustüren", "house door")
 
 
-def test_bad_config() -> None:
-    with pytest.raises(LnReproError, match="data.synthetic.train"):
-        syn.prepare({"seed": 1, "valid": 1, "test": 1}, Path("/nonexistent"))
-    with pytest.raises(LnReproError, match="data.synthetic.valid"):
-        syn.prepare({"seed": 1, "train": 5, "valid": 0, "test": 1}, Path("/nonexistent"))
-    with pytest.raises(LnReproError, match="data.synthetic.seed"):
-        syn.prepare({"seed": "1", "train": 5, "valid": 1, "test": 1}, Path("/nonexistent"))
-
-
 def _pair(n: int = 2) -> tuple[list[str], list[str]]:
     return [f"de {i}" for i in range(n)], [f"en {i}" for i in range(n)]
 

@@ -39,6 +39,7 @@ from typing import Iterable, Sequence
 import sentencepiece as spm
 from tqdm import tqdm
 
+from .config.settings import BpeSettings
 from .errors import LnReproError
 from .io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_sha256, read_lines, where_ran
 from .vocab import BOS, EOS, PAD, UNK
@@ -65,25 +66,6 @@ TRAINER_OPTIONS: dict = {
     "num_threads": 1,
 }
 _CHUNK = 10_000  # lines per batch call: large enough for the thread pool, small enough for smooth progress
-
-
-def _cfg_values(cfg: dict) -> tuple[int, float, int]:
-    """Validate the ``bpe`` settings: vocab_size, character_coverage (default 1.0), seed (default 0)."""
-    vocab_size = cfg.get("vocab_size")
-    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < len(SPECIALS) + N_BYTE_PIECES + 1:
-        raise LnReproError(
-            f"bpe.vocab_size: expected an integer > {len(SPECIALS) + N_BYTE_PIECES} (it counts the 4 special "
-            f"symbols and the {N_BYTE_PIECES} byte-fallback pieces), got {vocab_size!r}"
-        )
-    coverage = cfg.get("character_coverage")
-    coverage = 1.0 if coverage is None else coverage
-    if isinstance(coverage, bool) or not isinstance(coverage, (int, float)) or not 0.0 < coverage <= 1.0:
-        raise LnReproError(f"bpe.character_coverage: expected a number in (0, 1], got {coverage!r}")
-    seed = cfg.get("seed")
-    seed = 0 if seed is None else seed
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise LnReproError(f"bpe.seed: expected an integer, got {seed!r}")
-    return vocab_size, float(coverage), seed
 
 
 def _read_split(prepared_dir: Path, split: str, lang: str) -> list[str]:
@@ -116,14 +98,14 @@ def _vocab_error(err: Exception, vocab_size: int, prepared_dir: Path) -> LnRepro
     return LnReproError(f"sentencepiece training on {prepared_dir}/train.{{de,en}} failed: {msg}")
 
 
-def learn_bpe(prepared_dir: Path, out_dir: Path, cfg: dict, threads: int = 1) -> Path:
+def learn_bpe(prepared_dir: Path, out_dir: Path, settings: BpeSettings, threads: int = 1) -> Path:
     """Train the joint BPE model on train.de + train.en; write out_dir/spm.model and spm.vocab atomically.
 
-    ``cfg`` holds the ``bpe`` settings (bpe.json: vocab_size, character_coverage, seed). ``threads`` is accepted
+    ``settings`` are the ``bpe`` settings (bpe.json), validated when the config was loaded. ``threads`` is accepted
     for a uniform stage API but training runs single-threaded on purpose (see the module docstring). Returns the
     path of spm.model.
     """
-    vocab_size, coverage, seed = _cfg_values(cfg)
+    vocab_size, coverage, seed = settings.vocab_size, settings.character_coverage, settings.seed
     prepared_dir, out_dir = Path(prepared_dir), Path(out_dir)
     lines = _read_split(prepared_dir, "train", "de") + _read_split(prepared_dir, "train", "en")
     if not any(lines):

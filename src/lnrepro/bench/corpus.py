@@ -47,12 +47,13 @@ class Corpus:
     def bpe(self, vocab: int) -> Path:
         """The bpe folder (spm.model, {split}.{de,en}.ids) for a model of ``vocab``, learned on first use."""
         from .. import bpe
+        from ..config import BpeSettings
 
         n = self.bpe_vocab(vocab)
         out = self.root / f"bpe-{n}"
         if not (out / "stats.json").exists():
             log(f"learning a {n}-piece sentencepiece BPE on {self.name} (lnrepro.bpe) into {out}")
-            bpe.learn_bpe(self.prepared, out, {"vocab_size": n, "character_coverage": 1.0, "seed": 1})
+            bpe.learn_bpe(self.prepared, out, BpeSettings(n, 1.0, 1))
             bpe.apply_bpe(self.prepared, out, threads=os.cpu_count() or 1)
         return out
 

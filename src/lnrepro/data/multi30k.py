@@ -79,13 +79,8 @@ def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path
     train_de, train_en = tokenized["train.de"], tokenized["train.en"]
     clean_stats: dict[str, Any] | None = None
     if clean_cfg:
-        unknown = set(clean_cfg) - {"min_len", "max_len", "ratio"}
-        if unknown:
-            raise LnReproError(
-                f"{KEY}.clean: unknown key(s) {sorted(unknown)}; expected min_len, max_len, ratio"
-            )
-        result = T.clean_corpus(train_de, train_en, min_len=int(clean_cfg.get("min_len", 1)),
-                                max_len=int(clean_cfg.get("max_len", 175)), ratio=float(clean_cfg.get("ratio", 1.5)))
+        result = T.clean_corpus(train_de, train_en, min_len=int(clean_cfg["min_len"]),
+                                max_len=int(clean_cfg["max_len"]), ratio=float(clean_cfg["ratio"]))
         train_de, train_en = result.src, result.tgt
         clean_stats = {**clean_cfg, "into_cleaning": len(tokenized["train.de"]), "after_cleaning": len(result.kept),
                        "dropped": result.dropped}

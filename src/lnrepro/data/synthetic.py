@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import LnReproError
 from ..paths import DOWNLOADS
 from .download import Download
 from .prepared import write_prepared
@@ -618,18 +617,6 @@ def generate(seed: int, split: str, n: int) -> tuple[list[str], list[str], Count
     return de_raw, en_raw, kinds
 
 
-def _check_cfg(cfg: dict) -> tuple[int, dict[str, int]]:
-    for key in ("seed", "train", "valid", "test"):
-        if key not in cfg:
-            raise LnReproError(f"data.synthetic.{key}: missing (expected an integer)")
-        val = cfg[key]
-        if not isinstance(val, int) or isinstance(val, bool):
-            raise LnReproError(f"data.synthetic.{key}: expected an integer, got {val!r}")
-        if key != "seed" and val < 1:
-            raise LnReproError(f"data.synthetic.{key}: expected at least 1 sentence pair, got {val}")
-    return cfg["seed"], {s: cfg[s] for s in ("train", "valid", "test")}
-
-
 def downloads(section: dict) -> list[Download]:
     """Nothing: the corpus is generated."""
     return []
@@ -644,7 +631,7 @@ def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path
     splits, so the overlap with train is counted and reported rather than removed (removing it would make the
     held-out splits systematically longer than train).
     """
-    seed, sizes = _check_cfg(settings)
+    seed, sizes = settings["seed"], {s: settings[s] for s in ("train", "valid", "test")}
     splits: dict[str, tuple[list[str], list[str]]] = {}
     raw: dict[str, tuple[list[str], list[str]]] = {}
     constructions: dict[str, dict[str, int]] = {}
