@@ -114,6 +114,8 @@ def test_unknown_key_is_rejected_by_name(paper: dict, mutate, key: str) -> None:
         (lambda c: c["defaults"]["schedule"].update(warmup="yes"), "defaults.schedule.warmup"),
         (lambda c: c["defaults"]["model"].update(norm="middle"), "defaults.model.norm"),
         (lambda c: c.update(seeds=["one"]), "seeds.0"),
+        (lambda c: c["defaults"]["bpe"].update(vocab_size=100), "defaults.bpe.vocab_size"),
+        (lambda c: c["defaults"]["data"]["synthetic"].update(train=0), "defaults.data.synthetic.train"),
     ],
 )
 def test_wrong_type_is_rejected_by_name(paper: dict, mutate, key: str) -> None:

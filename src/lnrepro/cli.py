@@ -48,7 +48,7 @@ def _bpe(a: argparse.Namespace) -> None:
     from .config import BpeSettings
 
     if a.action == "learn":
-        print(bpe.learn_bpe(a.prepared, a.out, BpeSettings.read(a.bpe_config).to_dict(), threads=a.threads))
+        print(bpe.learn_bpe(a.prepared, a.out, BpeSettings.read(a.bpe_config), threads=a.threads))
     else:
         print(json.dumps(bpe.apply_bpe(a.prepared, a.bpe, threads=a.threads), indent=2, sort_keys=True))
 
@@ -79,9 +79,9 @@ def _gradinit(a: argparse.Namespace) -> None:
 
 def _report(a: argparse.Namespace) -> None:
     from .analysis.report import make_report
-    from .io import read_json
+    from .config import Experiment
 
-    print(make_report(a.exp_dir, read_json(a.experiment), a.out))
+    print(make_report(a.exp_dir, Experiment.read(a.experiment), a.out))
 
 
 def build_parser() -> argparse.ArgumentParser:
