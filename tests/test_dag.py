@@ -35,7 +35,7 @@ def test_report_has_one_bleu_per_run_per_epoch(demo_run: DemoRun) -> None:
     report = demo_run.exp_dir / "report"
     figure4 = _section((report / "index.html").read_text(encoding="utf-8"), "figure4")
     images = re.findall(r'<img src="([^"]+)"', figure4)
-    assert {f"figures/{FIGURES['loss_epoch']}", f"figures/{FIGURES['bleu_epoch']}"} <= set(images), images
+    assert {f"figures/{FIGURES['figure4']}", f"figures/{FIGURES['figure4_time']}"} <= set(images), images
     for src in images:
         assert (report / src).read_bytes().startswith(b"\x89PNG"), src
     # BLEU per epoch: a row per epoch, a column per run, a number in every cell (every demo run is scored)

@@ -15,7 +15,9 @@ import pandas as pd
 import pytest
 
 from lnrepro import config
+from lnrepro.analysis import FIGURES
 from lnrepro.analysis import aggregate as ag
+from lnrepro.analysis import plots
 from lnrepro.analysis.claims import STATUSES
 from lnrepro.analysis.report import make_report
 from lnrepro.config import Experiment
@@ -244,10 +246,10 @@ def test_figures_and_tables_exist(report):
     exp_dir, _, index, p = report
     out = exp_dir / "report"
     assert p.imgs and all((out / src).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for src in p.imgs)
-    for name in ("val_loss_vs_epoch", "bleu_vs_epoch", "val_loss_vs_wallclock", "bleu_vs_wallclock",
-                 "grad_norms_early_by_layer", "grad_norm_total_early"):
-        assert (out / "figures" / f"{name}.png").exists()
-        assert (Path(__file__).parents[1] / "workflow" / "report" / f"{name}.rst").exists()
+    # every figure but the gradinit ones (no gradinit.csv here) is on the page once, each with its caption
+    drawn = [f"figures/{f}" for key, f in FIGURES.items() if not key.startswith("gradinit")]
+    assert sorted(p.imgs) == sorted(drawn)
+    assert all((REPO / "workflow" / "report" / f"{Path(f).stem}.rst").exists() for f in FIGURES.values())
     ep = pd.read_csv(out / "tables" / "epochs.csv")
     assert len(ep) == len(RUNS) * len(SEEDS) * EPOCHS
     assert set(ep["status"]) == {"ok", "diverged", "not evaluated"}
@@ -425,3 +427,162 @@ def test_report_with_gradinit_and_partial_tree(tmp_path):
     assert {row[-2] for row in cells} == {f"{2 * 2 ** 0.5:.4g}"}
     header, *cells = p.tables["gradinit-by-depth"]
     assert header[:2] == ["depth", "Post-LN"] and [row[0] for row in cells] == ["2", "3"]
+
+
+# --- the figures, each drawn from fabricated tables (plots._save captured: the figure is inspected, not the PNG)
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> list:
+    """The figures the plot functions would save, in order (closed at the end of the test)."""
+    figs: list = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or Path(path))
+    yield figs
+    for fig in figs:
+        plots.plt.close(fig)
+
+
+def _texts(fig) -> str:
+    """Every text of a figure: titles, axis labels, tick labels, legends, free text."""
+    return " | ".join(t.get_text() for t in fig.findobj(plots.plt.Text))
+
+
+def _paper_scale(epochs: int = 20) -> Experiment:
+    """The fabricated experiment at the paper's dataset and model size, over ``epochs`` epochs."""
+    runs = {}
+    for r in RUNS:
+        runs[r] = resolved(r)
+        runs[r]["model"].update(encoder_layers=6, decoder_layers=6, d_model=512, ffn_dim=1024, heads=4)
+        runs[r]["train"]["epochs"] = epochs
+    exp = Experiment.from_dict(DEMO)
+    return Experiment.from_dict({**exp.to_dict(), "select": RUNS, "runs": runs, "grids": {},
+                                 "data": {"dataset": "iwslt14", "options": {}},
+                                 "comparisons": {"figure4": {"runs": RUNS[:2], "factor": "norm", "claim": "F4"}}})
+
+
+def test_figure4_paper_points_only_at_the_papers_scale():
+    exp = _paper_scale()
+    pair = plots.figure4_runs(exp)
+    assert pair == ["postln_warmup_isqrt", "preln_nowarmup_step8"]
+    marks, note = plots.paper_marks(exp, pair, "valid")
+    assert note == ""
+    values = {(m.run, m.metric): (m.epoch, m.value) for m in marks if m.value is not None}
+    assert values == {(r, "bleu_tok"): (20, 34.0) for r in pair} | {(r, "loss_base2"): (20, 4.0) for r in pair}
+    # Pre-LN's 9th checkpoint about as good as Post-LN's 15th (of 20 epochs)
+    assert {(m.run, m.epoch) for m in marks if m.value is None} == {(pair[1], 9.0), (pair[0], 15)}
+    assert plots.paper_marks(exp, pair, "test") == ([], "")  # published for the validation split only
+    demo = Experiment.from_dict({**exp.to_dict(), "data": DEMO["data"]})
+    marks, note = plots.paper_marks(demo, pair, "valid")
+    assert marks == [] and note.startswith("paper's points not shown: synthetic, 6+6 layers")
+
+
+def test_plot_figure4_marks_and_note(report, drawn):
+    exp_dir, exp, _, _ = report
+    run_epochs = pd.read_csv(exp_dir / "report" / "tables" / "run_epochs.csv")
+    pair = plots.figure4_runs(exp)
+    marks, _ = plots.paper_marks(_paper_scale(EPOCHS), pair, "valid")
+    plots.plot_figure4(run_epochs, pair, "valid", Path("f4.png"), marks=marks)
+    plots.plot_figure4(run_epochs, pair, "valid", Path("f4.png"), note="paper's points not shown: X differs")
+    plots.plot_figure4(run_epochs, [], "valid", Path("f4.png"))
+    with_marks, with_note, no_pair = map(_texts, drawn)
+    assert "valid loss (bits per target token)" in with_marks and "valid BLEU (tokenized, 0-100)" in with_marks
+    assert "epoch (checkpoint)" in with_marks and "preln_nowarmup_step8 (diverged 1/2 seeds)" in with_marks
+    assert "paper, Post-LN: about 34 at the end" in with_marks and "paper, Pre-LN: about 4 at the end" in with_marks
+    assert "checkpoint 1.2 as good as Post-LN's 2" in with_marks  # 0.6 x round(0.75 x 3)
+    assert "paper's points not shown: X differs" in with_note and "paper," not in with_note
+    assert "no Figure 4 pair" in no_pair and "no scored checkpoints yet" in no_pair
+
+
+def test_plot_figure4_time_axes(report, drawn):
+    exp_dir, exp, _, _ = report
+    run_epochs = pd.read_csv(exp_dir / "report" / "tables" / "run_epochs.csv")
+    plots.plot_figure4_time(run_epochs, plots.figure4_runs(exp), "valid", Path("t.png"))
+    (fig,) = drawn
+    assert [ax.get_xlabel() for ax in fig.axes] == ["updates (optimizer steps)",
+                                                     "training wall-clock (s, summed over attempts)"] * 2
+    post = fig.axes[0].lines[0]  # Post-LN's loss against its seed-mean updates: 10 per epoch
+    assert list(post.get_xdata()) == [10, 20, 30]
+    assert "postln_warmup_isqrt" in _texts(fig)
+
+
+def test_learning_rates_from_train_jsonl(tmp_path, drawn):
+    from lnrepro.analysis.report import _learning_rates
+
+    exp_dir, exp = make_tree(tmp_path)
+    rd = exp_dir / "runs" / RUNS[0] / "seed1"
+    # attempt 1 logs updates 1-4 in two records, is killed; attempt 2 resumes after update 2 and redoes 3-4
+    recs = [{"kind": "step", "attempt": 1, "update": 2, "lrs": [0.0, 1.0]},
+            {"kind": "step", "attempt": 1, "update": 4, "lrs": [2.0, 3.0]},
+            {"kind": "attempt", "attempt": 2, "resumed_update": 2},
+            {"kind": "step", "attempt": 2, "update": 4, "lrs": [2.5, 3.5]}]
+    (rd / "train.jsonl").write_text("\n".join(map(json.dumps, recs)) + "\n{\"update\": 5, \"lr")
+    lrs = _learning_rates(exp_dir, exp)
+    mine = lrs[(lrs["run"] == RUNS[0]) & (lrs["seed"] == 1)]
+    assert mine[["update", "lr"]].values.tolist() == [[1, 0.0], [2, 1.0], [3, 2.5], [4, 3.5]]
+    assert set(lrs["run"]) == {r for r in RUNS if r.startswith("post")}  # the others log no lrs
+    plots.plot_learning_rates(lrs, Path("lr.png"))
+    plots.plot_learning_rates(lrs.iloc[0:0], Path("lr.png"))
+    full, empty = drawn
+    assert [ax.get_ylabel() for ax in full.axes] == ["learning rate (Adam step size)"] * 2
+    assert full.axes[1].get_yscale() == "log" and "update (optimizer step)" in _texts(full)
+    assert len(full.axes[0].lines) == len(set(map(tuple, lrs[["run", "seed"]].values)))  # a line per run and seed
+    assert _texts(full).count("postln_warmup_isqrt") == 1  # one legend entry per run
+    assert "no learning rates logged" in _texts(empty)
+
+
+def _factorial_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Observations, cells and design of the full 2x2x2 design, two seeds, the no-warm-up Post-LN cells diverged."""
+    from lnrepro.analysis import budget as bu
+    from lnrepro.analysis.effects import FACTORS
+
+    design = pd.DataFrame([{"run": f"c{n}{w}{d}", "norm": n, "warmup": w, "decay": d}
+                           for n in (-1, 1) for w in (-1, 1) for d in (-1, 1)])
+    rows = []
+    for cell in design.itertuples():
+        failed = cell.norm < 0 and cell.warmup < 0
+        for seed in (1, 2):
+            for metric, value in (("valid_loss_base2", 4 - cell.norm), ("valid_bleu_tok", 30 + 2 * cell.norm + seed)):
+                rows.append({"run": cell.run, "seed": seed, "budget": "epoch 3", "metric": metric,
+                             "value": math.nan if failed else value, "outcome": "diverged" if failed else "ok"})
+    obs = pd.DataFrame(rows)
+    assert list(design.columns[1:]) == list(FACTORS)
+    return obs, bu.cell_table(obs, design["run"].tolist()), design
+
+
+def test_plot_cells_effects_interaction(drawn):
+    from lnrepro.analysis import effects as ef
+
+    obs, cells, design = _factorial_tables()
+    effects = ef.effects_table(ef.fits(obs, design))
+    plots.plot_cells(obs, cells, design, "epoch 3", "valid", Path("c.png"))
+    plots.plot_effects(effects, "epoch 3", "valid", Path("e.png"))
+    plots.plot_interaction(cells, design, "epoch 3", "valid", Path("i.png"))
+    cells_fig, effects_fig, interaction_fig = drawn
+    text = _texts(cells_fig)
+    assert "Post-LN\nno warm-up\nisqrt" in text and text.count("2 left out") == 4  # both metrics, two cells
+    assert "cell mean, 95% t interval" in text and "valid loss (bits per target token)" in text
+    bleu = cells_fig.axes[1]
+    assert sum(len(c.get_offsets()) for c in bleu.collections if hasattr(c, "get_offsets")) >= 12  # 6 cells x 2
+    text = _texts(effects_fig)
+    assert "norm: pre minus post" in text and "warm-up: on minus off" in text and "norm x warm-up x decay" in text
+    assert "effect on valid BLEU (BLEU points)" in text
+    assert "not identified by the cells with data" in text  # six cells identify six of the seven terms
+    text = _texts(interaction_fig)
+    assert "warm-up off" in text and "isqrt decay" in text and "step decay" in text and "Pre-LN" in text
+    # Post-LN without warm-up diverged: its line has only the warm-up point in each panel
+    post_lines = [ln for ax in interaction_fig.axes for ln in ax.lines if ln.get_label() == "Post-LN"]
+    assert [len(ln.get_xdata()) for ln in post_lines] == [1] * 4
+
+
+def test_plot_failures(report, drawn):
+    exp_dir, _, _, _ = report
+    failures = pd.read_csv(exp_dir / "report" / "tables" / "failures.csv")
+    plots.plot_failures(failures, 1.0, Path("f.png"))
+    plots.plot_failures(failures.iloc[0:0], 1.0, Path("f.png"))
+    fig, empty = drawn
+    text = _texts(fig)
+    assert "diverged" in text and "below the BLEU floor (1)" in text
+    assert "2/2 failed" in text and "1/2 failed" in text and "no seed finished" in text  # unevaluated last epoch
+    diverged = [p.get_width() for p in fig.axes[0].patches[:len(failures)]]
+    assert diverged == [0.0, 50.0, 100.0, 0.0]  # RUNS order: postln_nowarmup_isqrt all, preln_nowarmup_step8 half
+    assert "no run selected" in _texts(empty)

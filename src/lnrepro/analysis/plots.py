@@ -1,17 +1,20 @@
-"""The report's figures (one job: draw PNGs from the aggregate tables; matplotlib, Agg backend).
+"""The report's figures (one job: draw PNGs from the aggregate and study tables; matplotlib, Agg backend).
 
 Every figure is rendered to bytes and written atomically into report/figures/. Runs keep one colour in
 every figure (their position in ``select``); the line style follows the run's ``model.norm`` (Post-LN solid,
 Pre-LN dashed, further variants of ``lnrepro.norms.NORMS`` dotted, dash-dotted), so the norm position reads at a
-glance. Curves are seed means with a band from the seed minimum to maximum; runs with diverged seeds say so in
-the legend.
+glance; a factorial cell is coloured by its norm position. Curves are seed means with a band from the seed
+minimum to maximum; runs with diverged seeds say so in the legend. Figure 4 shows the paper's published points
+only at the paper's dataset and model size, and says so when the experiment is another.
 """
 
 from __future__ import annotations
 
 import io
+import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -25,7 +28,12 @@ from ..config.settings import Experiment  # noqa: E402
 from ..io import atomic_write_bytes  # noqa: E402
 from ..norms import NORMS  # noqa: E402
 from . import FIGURES  # noqa: E402
+from .claims import cell_runs, published, scale_of  # noqa: E402
+from .effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
 from .gradinit_fit import HEADLINE, figure_depth, headline, init_rows, last_layer, series_label  # noqa: E402
+
+if TYPE_CHECKING:
+    from .study import Study
 
 # File names of the figures (workflow/report/<stem>.rst holds each caption).
 
@@ -64,66 +72,330 @@ def _label(run: str, g: pd.DataFrame) -> str:
     return f"{run} (diverged {n_div}/{int(g['n_seeds'].max())} seeds)" if n_div else run
 
 
-def plot_curves(run_epochs: pd.DataFrame, metric: str, out: Path, *, x: str = "epoch", ylabel: str = "",
-                title: str = "", styles: dict[str, dict[str, Any]] | None = None) -> Path:
-    """One line per run: seed mean of ``{metric}_mean`` vs ``x`` ('epoch' or 'train_wall_s'),
-    band over the seed min/max. A run's diverged epochs have no value and end its line; a cross marks
-    the first diverged epoch on the x axis."""
-    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
-    styles = styles or run_styles(list(dict.fromkeys(run_epochs["run"])) if len(run_epochs) else [])
-    col = f"{metric}_mean"
+# Axis labels, with units: the losses are base-2 label-smoothed cross-entropies per target token (fairseq's).
+_X_LABELS = {"epoch": "epoch (checkpoint)", "updates_mean": "updates (optimizer steps)",
+             "train_wall_s_mean": "training wall-clock (s, summed over attempts)"}
+_TERM_WORDS = {"norm": "norm", "warmup": "warm-up", "decay": "decay"}
+
+
+def _metrics(split: str) -> list[tuple[str, str, str]]:
+    """The two Figure-4 scores of ``split``: (metric, axis label, unit of a difference)."""
+    return [("loss_base2", f"{split} loss (bits per target token)", "bits per target token"),
+            ("bleu_tok", f"{split} BLEU (tokenized, 0-100)", "BLEU points")]
+
+
+def _empty(ax: plt.Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color="dimgray")
+
+
+def _figure_legend(fig: plt.Figure, axes: Any, ncol: int = 4) -> None:
+    """One legend below the panels: every labelled artist once, even those missing from some panels."""
+    handles: dict[str, Any] = {}
+    for ax in np.ravel(axes):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=min(ncol, len(handles)),
+                   fontsize=8)
+
+
+def _curves(ax: plt.Axes, run_epochs: pd.DataFrame, runs: list[str], col: str, x: str,
+            styles: dict[str, dict[str, Any]]) -> bool:
+    """Per run, the seed mean of ``col`` against ``x`` (a run_epochs column) with a band from the seed minimum to
+    maximum; on the epoch axis a cross marks a run's first diverged epoch. True when a value was drawn."""
+    drawn = False
+    have = {f"{col}_mean", x} <= set(run_epochs.columns)
+    for run in runs if have else []:
+        g = run_epochs[run_epochs["run"] == run].sort_values("epoch")
+        st = styles.get(run, {})
+        ax.plot(g[x], g[f"{col}_mean"], marker="o", markersize=3, label=_label(run, g), **st)
+        ax.fill_between(g[x], g[f"{col}_min"], g[f"{col}_max"], color=st.get("color"), alpha=0.15, linewidth=0)
+        div = g[g["status"] == "diverged"]
+        if len(div) and x == "epoch":
+            ax.plot([div["epoch"].iloc[0]], [0], marker="x", color=st.get("color"), markersize=9,
+                    transform=ax.get_xaxis_transform(), clip_on=False)
+        drawn = drawn or bool(g[f"{col}_mean"].notna().any())
+    if not drawn:
+        _empty(ax, "no scored checkpoints yet")
     if x == "epoch":
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    drawn = False
-    if len(run_epochs) and col in run_epochs:
-        for run, g in run_epochs.groupby("run", sort=False):
-            g = g.sort_values("epoch")
-            xs = g["epoch"] if x == "epoch" else g["train_wall_s_mean"]
-            st = styles.get(run, {})
-            ax.plot(xs, g[col], marker="o", markersize=3, label=_label(run, g), **st)
-            ax.fill_between(xs, g[f"{metric}_min"], g[f"{metric}_max"], color=st.get("color"), alpha=0.15, linewidth=0)
-            div = g[g["status"] == "diverged"]
-            if len(div) and x == "epoch":
-                ax.plot([div["epoch"].iloc[0]], [0], marker="x", color=st.get("color"), markersize=9,
-                        transform=ax.get_xaxis_transform(), clip_on=False)
-            drawn = drawn or g[col].notna().any()
-    if not drawn:
-        ax.text(0.5, 0.5, "no scored checkpoints yet", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("epoch (checkpoint)" if x == "epoch" else "training wall-clock (s)")
-    ax.set_ylabel(ylabel or metric)
-    ax.set_title(title)
+    ax.set_xlabel(_X_LABELS[x])
     ax.grid(alpha=0.3)
-    if drawn:
-        ax.legend(fontsize=7)
+    return drawn
+
+
+def figure4_runs(experiment: Experiment) -> list[str]:
+    """The paper's two runs: those of the ``figure4`` comparison (config comparisons.figure4.runs) that are
+    selected; none without that comparison."""
+    comparison = experiment.comparisons.get("figure4")
+    return [r for r in comparison.runs if r in experiment.runs] if comparison else []
+
+
+@dataclass(frozen=True)
+class PaperMark:
+    """A published Figure-4 point of one run: ``value`` at ``epoch`` (± ``tolerance``), or, with value None, a
+    checkpoint the paper names (drawn as a vertical line)."""
+
+    run: str
+    metric: str  # loss_base2 | bleu_tok
+    epoch: float
+    value: float | None
+    tolerance: float
+    text: str  # legend entry ("" for the second line of a pair)
+
+
+def paper_marks(experiment: Experiment, runs: list[str], split: str) -> tuple[list[PaperMark], str]:
+    """The paper's Figure-4 points for ``runs`` (the claims of published.yaml whose source is Figure 4): each
+    absolute number as its value at the last epoch, the epoch-ratio claim as the two checkpoints it compares.
+    Only at the paper's dataset and model size (``claims.scale_of``); elsewhere none, and the note says why."""
+    if not runs:
+        return [], ""
+    off = [text for text, at_scale in (scale_of(experiment, r) for r in runs) if not at_scale]
+    paper = published()
+    if off:
+        scale = paper["paper"]["scale"]
+        size = ", ".join(f"{k} {v}" for k, v in scale["model"].items())
+        return [], f"paper's points not shown: {off[0]} differs from the paper's {scale['dataset']} ({size})"
+    last, marks = experiment.epochs, []
+    label = {r: _norm_label(experiment.runs[r].model.norm) for r in runs}
+    for claim in paper["claims"]:
+        m = claim["measure"]
+        if not claim["source"].startswith("Figure 4") or m.get("split") != split:
+            continue
+        if m["kind"] == "cell" and claim["kind"] == "absolute":
+            for run in [r for r in cell_runs(experiment, m["cell"]) if r in runs][:1]:
+                tol = float(claim.get("tolerance", 0.0))
+                marks.append(PaperMark(run, m["metric"], last, float(claim["published"]), tol,
+                                       f"paper, {label[run]}: about {claim['published']} at the end (± {tol:g})"))
+        elif m["kind"] == "epoch_ratio":
+            fast = [r for r in cell_runs(experiment, m["fast"]) if r in runs][:1]
+            slow = [r for r in cell_runs(experiment, m["slow"]) if r in runs][:1]
+            if fast and slow:
+                k = max(1, math.floor(m["at"] * last + 0.5))  # as claims.py measures it: at x the epochs
+                k_fast = float(claim["published"]) * k
+                marks += [PaperMark(fast[0], "bleu_tok", k_fast, None, 0.0,
+                                    f"paper: {label[fast[0]]}'s checkpoint {k_fast:g} as good as "
+                                    f"{label[slow[0]]}'s {k} (dotted)"),
+                          PaperMark(slow[0], "bleu_tok", k, None, 0.0, "")]
+    return marks, ""
+
+
+def _draw_mark(ax: plt.Axes, mark: PaperMark, styles: dict[str, dict[str, Any]], dodge: float) -> None:
+    """A paper's point as a star with its stated precision (``dodge`` epochs aside, so that equal published
+    values of the two runs do not hide each other), or a named checkpoint as a dotted line."""
+    color = styles.get(mark.run, {}).get("color")
+    label = mark.text or "_nolegend_"
+    if mark.value is None:
+        ax.axvline(mark.epoch, color=color, linestyle=":", linewidth=1.5, label=label)
+    else:
+        ax.errorbar([mark.epoch + dodge], [mark.value], yerr=[mark.tolerance], fmt="*", markersize=12, color=color,
+                    markeredgecolor="black", capsize=4, zorder=5, label=label)
+
+
+def plot_figure4(run_epochs: pd.DataFrame, runs: list[str], split: str, out: Path, *,
+                 marks: list[PaperMark] | None = None, note: str = "",
+                 styles: dict[str, dict[str, Any]] | None = None) -> Path:
+    """The paper's Figure 4: ``split`` loss and BLEU per epoch of ``runs`` (seed mean, band seed min..max), the
+    paper's published points where ``marks`` has them, and ``note`` (why they are not shown) on the figure."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
+    styles = styles or run_styles(runs)
+    for ax, (metric, ylabel, _) in zip(axes, _metrics(split)):
+        _curves(ax, run_epochs, runs, f"{split}_{metric}", "epoch", styles)
+        for mark in marks or []:
+            if mark.metric == metric:
+                _draw_mark(ax, mark, styles, 0.25 * (runs.index(mark.run) - (len(runs) - 1) / 2))
+        ax.set_ylabel(ylabel)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    if not runs:
+        note = "no Figure 4 pair: comparisons.figure4 is not configured or its runs are not selected"
+    fig.suptitle("Figure 4: " + " vs ".join(runs) + (f"\n{note}" if note else ""), fontsize=9)
     return _save(fig, out)
 
 
-def plot_curves_by_split(run_epochs: pd.DataFrame, splits: list[str], metric: str, out: Path, *,
-                         x: str = "epoch", ylabel: str = "", styles: dict | None = None) -> Path:
-    """``plot_curves`` with one panel per split (e.g. tokenized BLEU on valid and on test)."""
-    fig, axes = plt.subplots(1, len(splits), figsize=(6.2 * len(splits), 4.2), squeeze=False, layout="constrained")
-    styles = styles or run_styles(list(dict.fromkeys(run_epochs["run"])) if len(run_epochs) else [])
-    for ax, sp in zip(axes[0], splits):
-        col = f"{sp}_{metric}"
-        drawn = False
-        if len(run_epochs) and f"{col}_mean" in run_epochs:
-            for run, g in run_epochs.groupby("run", sort=False):
-                g = g.sort_values("epoch")
-                xs = g["epoch"] if x == "epoch" else g["train_wall_s_mean"]
-                st = styles.get(run, {})
-                ax.plot(xs, g[f"{col}_mean"], marker="o", markersize=3, label=_label(run, g), **st)
-                ax.fill_between(xs, g[f"{col}_min"], g[f"{col}_max"], color=st.get("color"), alpha=0.15, linewidth=0)
-                drawn = drawn or g[f"{col}_mean"].notna().any()
-        if not drawn:
-            ax.text(0.5, 0.5, "no scored checkpoints yet", ha="center", va="center", transform=ax.transAxes)
+def plot_figure4_time(run_epochs: pd.DataFrame, runs: list[str], split: str, out: Path, *,
+                      styles: dict[str, dict[str, Any]] | None = None) -> Path:
+    """Figure 4's curves against updates (left) and training wall-clock (right): each checkpoint at its seed-mean
+    update count and cumulative training time."""
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7.6), layout="constrained")
+    styles = styles or run_styles(runs)
+    for row, (metric, ylabel, _) in zip(axes, _metrics(split)):
+        for ax, x in zip(row, ("updates_mean", "train_wall_s_mean")):
+            _curves(ax, run_epochs, runs, f"{split}_{metric}", x, styles)
+            ax.set_ylabel(ylabel)
+    _figure_legend(fig, axes)
+    fig.suptitle("Figure 4's checkpoints against updates and against time: equal checkpoints are not equal time",
+                 fontsize=9)
+    return _save(fig, out)
+
+
+def plot_learning_rates(lrs: pd.DataFrame, out: Path, *, styles: dict[str, dict[str, Any]] | None = None) -> Path:
+    """The learning rate of every update of every run and seed (``lrs``: run, seed, update, lr, from train.jsonl),
+    on a linear and on a log scale (where warm-up's lr 0 of the first update is not drawn)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
+    runs = list(dict.fromkeys(lrs["run"]))
+    styles = styles or run_styles(runs)
+    for ax, log in zip(axes, (False, True)):
+        labelled: set[str] = set()
+        for (run, _), g in lrs.groupby(["run", "seed"], sort=False):
+            ax.plot(g["update"], g["lr"], linewidth=1.2, label="_nolegend_" if run in labelled else run,
+                    **styles.get(run, {}))
+            labelled.add(run)
+        if lrs.empty:
+            _empty(ax, "no learning rates logged (train.jsonl's lrs)")
+        elif log:
+            ax.set_yscale("log")
         else:
-            ax.legend(fontsize=7)
-        ax.set_title(sp)
-        if x == "epoch":
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("epoch (checkpoint)" if x == "epoch" else "training wall-clock (s)")
-        ax.set_ylabel(ylabel or metric)
-        ax.grid(alpha=0.3)
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+        ax.set_xlabel("update (optimizer step)")
+        ax.set_ylabel("learning rate (Adam step size)")
+        ax.set_title("log scale" if log else "linear scale", fontsize=9)
+        ax.grid(alpha=0.3, which="both" if log else "major")
+    _figure_legend(fig, axes[0], ncol=3)
+    return _save(fig, out)
+
+
+def _level(factor: str, code: int) -> Any:
+    """A factor's level from its -1/+1 code in the design table."""
+    return LEVELS[factor][0 if code < 0 else 1]
+
+
+def _norm_label(norm: str) -> str:
+    """A norm variant as the registry labels it ("Post-LN"); an unregistered one by its name."""
+    return NORMS[norm].label if norm in NORMS else norm
+
+
+def _cell_label(cell: Any) -> str:
+    """A design row as a three-line tick label: "Post-LN / warm-up / isqrt"."""
+    return "\n".join([_norm_label(_level("norm", cell.norm)),
+                      "warm-up" if _level("warmup", cell.warmup) else "no warm-up", _level("decay", cell.decay)])
+
+
+def _at(table: pd.DataFrame, budget: str, metric: str) -> pd.DataFrame:
+    """The rows of a cells/effects/observations table at one budget and metric."""
+    return table[(table["budget"] == budget) & (table["metric"] == metric)]
+
+
+def _interval(ax: plt.Axes, x: float, row: pd.Series, **kwargs: Any) -> None:
+    """A cell's mean with its 95% interval as an error bar (the mean alone without an interval)."""
+    err = None if math.isnan(row["ci_low"]) else [[row["mean"] - row["ci_low"]], [row["ci_high"] - row["mean"]]]
+    ax.errorbar([x], [row["mean"]], yerr=err, capsize=4, zorder=4, **kwargs)
+
+
+def plot_cells(obs: pd.DataFrame, cells: pd.DataFrame, design: pd.DataFrame, budget: str, split: str,
+               out: Path) -> Path:
+    """Every factorial cell at the fixed ``budget``: each finished seed as a point, the cell mean with its 95% t
+    interval, and the count of seeds left out (diverged or stopped) under the cell; loss and BLEU of ``split``."""
+    fig, axes = plt.subplots(1, 2, figsize=(max(10.0, 1.5 * len(design) + 2), 5), layout="constrained")
+    for ax, (metric, ylabel, _) in zip(axes, _metrics(split)):
+        o, c = _at(obs, budget, f"{split}_{metric}"), _at(cells, budget, f"{split}_{metric}").set_index("run")
+        for i, cell in enumerate(design.itertuples()):
+            color = norm_style(_level("norm", cell.norm))["color"]
+            ok = o[(o["run"] == cell.run) & (o["outcome"] == "ok")]["value"].dropna()
+            ax.scatter(i + np.linspace(-0.15, 0.15, len(ok)) if len(ok) > 1 else [i] * len(ok), ok, s=22,
+                       color=color, alpha=0.6, zorder=3, label=f"{_norm_label(_level('norm', cell.norm))} seed")
+            if cell.run in c.index and c.loc[cell.run, "n"] > 0:
+                _interval(ax, i + 0.3, c.loc[cell.run], fmt="D", markersize=5, color="black",
+                          label="cell mean, 95% t interval")
+            counts = c.loc[cell.run] if cell.run in c.index else {"n_left_out": 0, "n_missing": 0}
+            absent = [f"{int(counts[k])} {what}" for k, what in (("n_left_out", "left out"),
+                                                                 ("n_missing", "not scored")) if counts[k]]
+            ax.text(i, 0.02, "\n".join(absent), ha="center", fontsize=7, color="tab:red",
+                    transform=ax.get_xaxis_transform())
+        ax.set_xticks(range(len(design)), [_cell_label(cell) for cell in design.itertuples()], fontsize=7)
+        ax.set_xlim(-0.6, max(len(design), 1) - 0.4)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, axis="y")
+        if design.empty:
+            _empty(ax, "no factorial cell selected")
+    _figure_legend(fig, axes, ncol=3)
+    fig.suptitle(f"factorial cells at {budget} (the same updates and target tokens in every cell)", fontsize=9)
+    return _save(fig, out)
+
+
+def _term_label(term: str) -> str:
+    """An effect's name with its direction: "norm: pre minus post", "norm x warm-up"."""
+    if ":" not in term:
+        low, high = LEVEL_WORDS[term]
+        return f"{_TERM_WORDS[term]}: {high} minus {low}"
+    return " x ".join(_TERM_WORDS[f] for f in term.split(":"))
+
+
+def plot_effects(effects: pd.DataFrame, budget: str, split: str, out: Path) -> Path:
+    """The factorial fit at ``budget``: every main effect and interaction (2 beta, -1/+1 coding) with its 95%
+    interval over seeds, one panel per metric; a term the cells do not identify says so."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained")
+    ys = np.arange(len(TERMS))[::-1]
+    for ax, (metric, _, unit) in zip(axes, _metrics(split)):
+        e = _at(effects, budget, f"{split}_{metric}").set_index("effect")
+        ax.axvline(0, color="gray", linewidth=1)
+        for y, term in zip(ys, TERMS):
+            if term not in e.index or math.isnan(e.loc[term, "estimate"]):
+                ax.text(0.5, y, "not identified by the cells with data", ha="center", va="center", fontsize=7,
+                        color="dimgray", transform=ax.get_yaxis_transform())
+                continue
+            r = e.loc[term]
+            err = None if math.isnan(r["ci_low"]) else [[r["estimate"] - r["ci_low"]], [r["ci_high"] - r["estimate"]]]
+            ax.errorbar([r["estimate"]], [y], xerr=err, fmt="o", color="black", capsize=4)
+        ax.set_yticks(ys, [_term_label(t) for t in TERMS], fontsize=8)
+        ax.set_ylim(-0.6, len(TERMS) - 0.4)
+        ax.set_xlabel(f"effect on {split} {'loss' if metric == 'loss_base2' else 'BLEU'} ({unit})")
+        ax.grid(alpha=0.3, axis="x")
+    fig.suptitle(f"main effects and interactions at {budget}: 2 beta of y ~ norm * warmup * decay "
+                 "(-1/+1 coding), 95% interval over seeds", fontsize=9)
+    return _save(fig, out)
+
+
+def plot_interaction(cells: pd.DataFrame, design: pd.DataFrame, budget: str, split: str, out: Path) -> Path:
+    """Norm x warm-up at ``budget``: the cell means (95% t interval) with warm-up off and on, a line per norm
+    position, one panel per decay and metric; non-parallel lines are the interaction."""
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.6), layout="constrained", squeeze=False)
+    for row, (metric, ylabel, _) in zip(axes, _metrics(split)):
+        c = _at(cells, budget, f"{split}_{metric}").set_index("run")
+        c = c[c["n"] > 0]  # a cell without a finished seed has no mean to draw
+        for ax, decay in zip(row, (-1, 1)):
+            for norm in (-1, 1):
+                sub = design[(design["norm"] == norm) & (design["decay"] == decay)].sort_values("warmup")
+                sub = sub[sub["run"].isin(c.index)]
+                st, label = norm_style(_level("norm", norm)), _norm_label(_level("norm", norm))
+                xs = [0 if w < 0 else 1 for w in sub["warmup"]]
+                ax.plot(xs, [c.loc[r, "mean"] for r in sub["run"]], marker="o", label=label, **st)
+                for x, run in zip(xs, sub["run"]):
+                    _interval(ax, x, c.loc[run], fmt="none", color=st["color"])
+            ax.set_xticks([0, 1], ["warm-up off", "warm-up on"])
+            ax.set_xlim(-0.3, 1.3)
+            ax.set_title(f"{_level('decay', decay)} decay", fontsize=9)
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+    _figure_legend(fig, axes)
+    fig.suptitle(f"interaction of norm position and warm-up at {budget} (cell means, 95% t interval)", fontsize=9)
+    return _save(fig, out)
+
+
+def plot_failures(failures: pd.DataFrame, floor: float, out: Path) -> Path:
+    """Per run (cell), the share of its seeds with a fate at the last epoch that diverged, stopped, or finished
+    below the BLEU ``floor``, stacked, with the count failed / seeds with a fate."""
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.42 * max(len(failures), 1)), layout="constrained")
+    fate = (failures["n_seeds"] - failures["n_unfinished"]).clip(lower=1)
+    ys = np.arange(len(failures))
+    left = np.zeros(len(failures))
+    for col, label, color in (("n_diverged", "diverged", "tab:red"), ("n_stopped", "stopped (max_updates)", "tab:gray"),
+                              ("n_below_floor", f"below the BLEU floor ({floor:g})", "tab:orange")):
+        share = 100 * failures[col].to_numpy(dtype=float) / fate.to_numpy(dtype=float)
+        ax.barh(ys, share, left=left, color=color, label=label, height=0.6)
+        left += share
+    for y, r in zip(ys, failures.itertuples()):
+        n_fate = r.n_seeds - r.n_unfinished
+        ax.text(101, y, f"{r.n_failed}/{n_fate} failed" if n_fate else "no seed finished", va="center", fontsize=7)
+    ax.set_yticks(ys, list(failures["run"]), fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the seeds that finished or failed (%)")
+    ax.grid(alpha=0.3, axis="x")
+    if failures.empty:
+        _empty(ax, "no run selected")
+    fig.legend(fontsize=7, loc="outside upper center", ncol=3)
+    ax.set_title("each seed's fate at the last epoch", fontsize=9)
     return _save(fig, out)
 
 
@@ -266,23 +538,24 @@ def plot_gradinit_depth(gradinit: pd.DataFrame, fit: pd.DataFrame | None, out: P
 
 
 def make_figures(agg: Any, experiment: Experiment, fig_dir: Path, gradinit: pd.DataFrame | None = None,
-                 gradinit_fit: pd.DataFrame | None = None) -> dict[str, Path]:
-    """Draw every figure the report links; returns key -> path (keys of FIGURES)."""
+                 gradinit_fit: pd.DataFrame | None = None, *, study: Study, lrs: pd.DataFrame) -> dict[str, Path]:
+    """Draw every figure the report links; returns key -> path (keys of FIGURES). ``study`` is the report's
+    analysis (lnrepro.analysis.study), ``lrs`` every update's learning rate (run, seed, update, lr)."""
     fig_dir = Path(fig_dir)
     styles = run_styles(list(experiment.select), experiment)
-    split = agg.split
-    splits = list(experiment.eval.splits)
+    split, s = agg.split, study
+    pair = figure4_runs(experiment)
+    marks, note = paper_marks(experiment, pair, split)
     out = {
-        "loss_epoch": plot_curves(agg.run_epochs, f"{split}_loss_base2", fig_dir / FIGURES["loss_epoch"],
-                                  ylabel=f"{split} loss (base 2, label-smoothed)", styles=styles,
-                                  title="validation loss per checkpoint"),
-        "bleu_epoch": plot_curves_by_split(agg.run_epochs, splits, "bleu_tok", fig_dir / FIGURES["bleu_epoch"],
-                                           ylabel="BLEU (tokenized)", styles=styles),
-        "loss_wall": plot_curves(agg.run_epochs, f"{split}_loss_base2", fig_dir / FIGURES["loss_wall"],
-                                 x="train_wall_s", ylabel=f"{split} loss (base 2)", styles=styles,
-                                 title="validation loss vs training wall-clock"),
-        "bleu_wall": plot_curves_by_split(agg.run_epochs, splits, "bleu_tok", fig_dir / FIGURES["bleu_wall"],
-                                          x="train_wall_s", ylabel="BLEU (tokenized)", styles=styles),
+        "figure4": plot_figure4(agg.run_epochs, pair, split, fig_dir / FIGURES["figure4"], marks=marks, note=note,
+                                styles=styles),
+        "figure4_time": plot_figure4_time(agg.run_epochs, pair, split, fig_dir / FIGURES["figure4_time"],
+                                          styles=styles),
+        "lr": plot_learning_rates(lrs, fig_dir / FIGURES["lr"], styles=styles),
+        "cells": plot_cells(s.observations, s.cells, s.design, s.last, split, fig_dir / FIGURES["cells"]),
+        "effects": plot_effects(s.effects, s.last, split, fig_dir / FIGURES["effects"]),
+        "interaction": plot_interaction(s.cells, s.design, s.last, split, fig_dir / FIGURES["interaction"]),
+        "failures": plot_failures(s.failures, s.settings.bleu_floor, fig_dir / FIGURES["failures"]),
         "grad_layers": plot_layer_grads(agg.layers_early, fig_dir / FIGURES["grad_layers"], styles=styles,
                                         title=f"mean gradient norm per layer over the first {agg.early_updates} updates"),
         "grad_total": plot_total_grad(agg.curves, agg.early_updates, fig_dir / FIGURES["grad_total"], styles=styles),

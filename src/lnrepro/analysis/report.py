@@ -33,7 +33,7 @@ from .effects import LEVEL_WORDS
 from .confounds import confounds_rows, differing_keys, flatten, write_confounds
 from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
 from .gradinit_fit import FIT_COLUMNS, HEADLINE, figure_depth, headline, init_rows, last_layer, series_label
-from .plots import make_figures, norm_style
+from .plots import figure4_runs, make_figures, norm_style
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1200px;margin:2em auto;
@@ -293,7 +293,8 @@ def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
         "gradinit_summary": _gradinit_layers(gi, figure_depth(gi, experiment.model.decoder_layers)),
         "gradinit_by_depth": _gradinit_by_depth(gi), **({} if fit is None else {"gradinit_fit": fit})}
     tables.update({k: ag.write_csv(v, out_dir / "tables" / f"{k}.csv") for k, v in views.items()})
-    figures = make_figures(agg, experiment, out_dir / "figures", gi, fit)
+    figures = make_figures(agg, experiment, out_dir / "figures", gi, fit, study=study,
+                           lrs=_learning_rates(exp_dir, experiment))
     # the tuned baselines are a comparison of their own in the confound table
     exp = experiment.to_dict()
     exp["comparisons"] = {**exp["comparisons"], **study.tuned_comparisons}
@@ -325,14 +326,20 @@ def _what_was_run(ctx: _Context) -> list[str]:
 
 def _figure4(ctx: _Context) -> list[str]:
     split, splits = ctx.agg.split, ctx.experiment.eval.splits
+    pair = figure4_runs(ctx.experiment)
     parts = [
-        "<p>Validation loss (base 2, label-smoothed, as fairseq reports it) and tokenized BLEU (BLEU-4 on the "
-        "Moses-tokenized lowercased text, as the paper and fairseq report it) for every run at every checkpoint "
-        "(one per epoch). Values are means over seeds ± standard deviation; band in the figures: seed min/max. "
+        "<p>The figures show the paper's two runs (<code>comparisons.figure4</code>: "
+        f"{_esc(' vs '.join(pair) or 'not configured or not selected')}): validation loss (base 2, "
+        "label-smoothed, as fairseq reports it) and tokenized BLEU (BLEU-4 on the Moses-tokenized lowercased text, "
+        "as the paper and fairseq report it) at every checkpoint (one per epoch), the seed mean with a band from the "
+        "seed minimum to maximum, and the paper's published points where the dataset and model size are the "
+        "paper's. The tables give every run: means over seeds ± standard deviation. "
         "<strong>diverged</strong> marks a run/epoch that diverged (no checkpoint to score); "
         "<em>not evaluated</em>/<em>missing</em> mark work not done yet.</p>",
-        ctx.figure("loss_epoch", "validation loss per epoch"),
-        ctx.figure("bleu_epoch", "tokenized BLEU per epoch"),
+        ctx.figure("figure4", "Figure 4: validation loss and BLEU per epoch"),
+        "<p>The same checkpoints against updates and against training wall-clock: equal checkpoints are not "
+        "equal time.</p>",
+        ctx.figure("figure4_time", "Figure 4's curves against updates and training wall-clock"),
         *ctx.per_epoch(f"Tokenized BLEU on {split}, per run per epoch", f"{split}_bleu_tok", "bleu-per-epoch"),
         *ctx.per_epoch(f"Validation loss (base 2) on {split}, per run per epoch", f"{split}_loss_base2",
                        "loss-per-epoch", 3),
@@ -356,6 +363,9 @@ def _confounds(ctx: _Context) -> list[str]:
     return [
         _table(pd.DataFrame(confounds_rows(conf)), "confounds"),
         _list(c["sentence"] for c in conf["comparisons"]),
+        "<p>The schedule confound made visible: the learning rate of every update of every run, from "
+        "train.jsonl.</p>",
+        ctx.figure("lr", "learning rate of every run over updates"),
         f'<div class="note">{_esc(conf["time_note"])}</div>',
         '<p>Also as markdown: <a href="confounds.md">confounds.md</a>.</p>',
     ]
@@ -393,11 +403,9 @@ def _stability(ctx: _Context) -> list[str]:
 def _wallclock(ctx: _Context) -> list[str]:
     return [
         "<p>Training wall-clock summed over attempts (a resumed run counts every attempt), per run and seed. "
-        "Curves below put the same scores on a time axis: the x position of each point is the seed-mean "
-        "training wall-clock at the end of that epoch.</p>",
+        'The <a href="#figure4">Figure 4 section</a> puts the scores on a time axis: the x position of each '
+        "point is the seed-mean training wall-clock at the end of that epoch.</p>",
         _table(ctx.agg.wallclock, "wallclock"),
-        ctx.figure("loss_wall", "validation loss vs training wall-clock"),
-        ctx.figure("bleu_wall", "tokenized BLEU vs training wall-clock"),
     ]
 
 
@@ -501,6 +509,7 @@ def _effects(ctx: _Context) -> list[str]:
         "<h3>Cells at each budget</h3><p>Seed mean [95% t interval] (finished seeds); a cell with fewer than two "
         "finished seeds has no interval. Diverged or stopped seeds are left out and counted below.</p>",
         _table(_cells_view(s.cells, ctx.experiment.select), "cells"),
+        ctx.figure("cells", f"every cell at {s.last}: seeds as points, mean and 95% interval"),
         "<h3>Main effects and interactions</h3><p>Ordinary least squares of y ~ norm * warmup * decay over the "
         "finished seeds (statsmodels), seeds as replicates, each term as 2 beta: a main effect is the mean at the "
         "high level minus the mean at the low level (norm: pre minus post; warmup: on minus off; decay: step minus "
@@ -508,9 +517,12 @@ def _effects(ctx: _Context) -> list[str]:
         "identify are fitted (the note says which are not); with one seed there are point estimates and no "
         "interval.</p>",
         _table(_effects_view(s.effects), "effects"),
+        ctx.figure("effects", f"main effects and interactions at {s.last}, 95% intervals"),
+        ctx.figure("interaction", f"norm x warm-up interaction at {s.last}"),
         f"<h3>Failures</h3><p>At the last epoch, per run: diverged, stopped, or finished below the BLEU floor "
         f"({fmt(s.settings.bleu_floor)}, <code>analysis.report.bleu_floor</code>).</p>",
         _table(s.failures, "failures"),
+        ctx.figure("failures", "share of seeds diverged, stopped or below the BLEU floor, per cell"),
     ]
 
 

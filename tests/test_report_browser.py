@@ -1,0 +1,124 @@
+"""The demo DAG's report as a reader sees it: opened in headless Chromium (Debian's ``chromium``), every image
+loads and the console stays silent; and ``snakemake --report`` still builds with every figure.
+
+Chromium is an optional system package: without it the browser test skips, saying why, unless
+LNREPRO_REQUIRE_CHROMIUM=1 (CI: ``.ci/run`` installs it), where it fails, as LNREPRO_REQUIRE_SLURM does for SLURM.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from conftest import DemoRun, snakemake
+from lnrepro.analysis import FIGURES
+
+REQUIRE_CHROMIUM_ENV = "LNREPRO_REQUIRE_CHROMIUM"
+PROBE = "/probe.html"  # index.html with the probe script: served beside it, so its relative links resolve alike
+# Runs first in <head>: records every failed load (captured on window: img and link errors do not bubble) and
+# every uncaught error, and at the load event (after every image) writes what it found as JSON into the page.
+PROBE_SCRIPT = """<script>
+const lnreproErrors = [];
+addEventListener("error", e => lnreproErrors.push(e.target && e.target !== window
+  ? "failed to load " + (e.target.src || e.target.href) : String(e.message)), true);
+addEventListener("unhandledrejection", e => lnreproErrors.push("unhandled rejection: " + e.reason));
+addEventListener("load", () => {
+  const out = document.createElement("script");
+  out.type = "application/json";
+  out.id = "lnrepro-probe";
+  out.textContent = JSON.stringify({
+    images: [...document.images].map(i => ({src: i.getAttribute("src"), ok: i.complete && i.naturalWidth > 0})),
+    errors: lnreproErrors});
+  document.body.append(out);
+});
+</script>"""
+# Chromium's flags for a quiet, offline, throw-away headless run; --enable-logging=stderr --v=0 prints every
+# console message of the page as a "CONSOLE" line (the report has no scripts of its own, so any is a fault).
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--enable-logging=stderr", "--v=0"]
+
+
+def chromium_required() -> bool:
+    return os.environ.get(REQUIRE_CHROMIUM_ENV, "") not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The chromium binary; a skip (or, when required, a failure) without it. Session-scoped and requested before
+    ``demo_run``, so that a missing browser is found before the DAG runs."""
+    path = shutil.which("chromium")
+    if path is None:
+        reason = "Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)"
+        if chromium_required():
+            pytest.fail(f"{REQUIRE_CHROMIUM_ENV}=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    return path
+
+
+class _ReportHandler(SimpleHTTPRequestHandler):
+    """The report folder over HTTP, plus the probe page; quiet."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path != PROBE:
+            return super().do_GET()
+        page = (Path(self.directory) / "index.html").read_text(encoding="utf-8")
+        assert "<head>" in page, "index.html has no <head>"
+        body = page.replace("<head>", "<head>" + PROBE_SCRIPT, 1).encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
+        pass
+
+
+@pytest.fixture
+def served(demo_run: DemoRun) -> Iterator[str]:
+    """The demo report's base URL on 127.0.0.1 (a free port), served from a thread for the test's duration."""
+    handler = functools.partial(_ReportHandler, directory=str(demo_run.exp_dir / "report"))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_report_opens_in_chromium_with_every_image(chromium: str, demo_run: DemoRun, served: str,
+                                                   tmp_path: Path) -> None:
+    proc = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                           served + PROBE], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    match = re.search(r'<script type="application/json" id="lnrepro-probe">(.*?)</script>', proc.stdout, re.S)
+    assert match, f"the probe did not run (no load event?):\n{proc.stdout[:2000]}\n{proc.stderr[-3000:]}"
+    probe = json.loads(match.group(1))
+    # every figure of FIGURES is on the page (the demo computes gradinit too) and each one decoded
+    assert sorted(i["src"] for i in probe["images"]) == sorted(f"figures/{f}" for f in FIGURES.values())
+    assert [i["src"] for i in probe["images"] if not i["ok"]] == []
+    assert probe["errors"] == []
+    console = [line for line in proc.stderr.splitlines() if re.search(r":CONSOLE[:(]", line)]
+    assert console == [], "\n".join(console)
+
+
+def test_snakemake_report_has_every_figure(demo_run: DemoRun, tmp_path: Path) -> None:
+    out = tmp_path / "snakemake-report.html"
+    snakemake(demo_run.workdir, "--report", str(out), "--configfile", "presets/demo.yaml")
+    text = out.read_text(encoding="utf-8")
+    missing = [f for f in FIGURES.values() if f not in text]
+    assert missing == [], f"snakemake --report lacks {missing}"
