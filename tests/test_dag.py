@@ -10,9 +10,12 @@ import pandas as pd
 
 from conftest import REPO, DemoRun, snakemake
 from lnrepro.analysis import FIGURES
+from lnrepro.config import Experiment
 
-DEMO_RUNS = ["postln_warmup_isqrt", "preln_nowarmup_step8", "postln_nowarmup_isqrt", "preln_warmup_isqrt", "preln_nowarmup_isqrt"]
-DEMO_EPOCHS = 6
+
+def _demo(demo_run: DemoRun) -> Experiment:
+    """The demo's experiment as the DAG resolved it (its selected runs, seeds and epochs)."""
+    return Experiment.read(demo_run.exp_dir / "experiment.json")
 
 
 def _section(html: str, anchor: str) -> str:
@@ -39,21 +42,23 @@ def test_report_has_one_bleu_per_run_per_epoch(demo_run: DemoRun) -> None:
     for src in images:
         assert (report / src).read_bytes().startswith(b"\x89PNG"), src
     # BLEU per epoch: a row per epoch, a column per run, a number in every cell (every demo run is scored)
+    x = _demo(demo_run)
     header, *rows = _table_rows(figure4, "bleu-per-epoch")
-    assert header == ["epoch", *DEMO_RUNS]
-    assert [row[0] for row in rows] == [str(ep) for ep in range(1, DEMO_EPOCHS + 1)]
+    assert header == ["epoch", *x.select]
+    assert [row[0] for row in rows] == [str(ep) for ep in range(1, x.epochs + 1)]
     assert all(re.fullmatch(r"\d+\.\d\d", cell) for row in rows for cell in row[1:]), rows
     table = pd.read_csv(report / "tables" / "epochs.csv")
-    for run in DEMO_RUNS:
+    for run in x.select:
         run_rows = table[table["run"] == run]
-        assert sorted(run_rows["epoch"].tolist()) == list(range(1, DEMO_EPOCHS + 1)), run
+        assert sorted(run_rows["epoch"].unique().tolist()) == list(range(1, x.epochs + 1)), run
         assert run_rows["valid_bleu_tok"].notna().all(), run
 
 
 def test_every_epoch_was_scored(demo_run: DemoRun) -> None:
-    for run in DEMO_RUNS:
-        rd = demo_run.exp_dir / "runs" / run / "seed1"
-        for ep in range(1, DEMO_EPOCHS + 1):
+    x = _demo(demo_run)
+    for run, seed in ((run, seed) for run in x.select for seed in x.seeds_of(run)):
+        rd = demo_run.exp_dir / "runs" / run / f"seed{seed}"
+        for ep in range(1, x.epochs + 1):
             result = json.loads((rd / "eval" / f"epoch{ep:03d}.json").read_text())
             manifest = json.loads((rd / "epochs" / f"epoch{ep:03d}.json").read_text())
             assert result["status"] == manifest["status"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,12 +63,24 @@ def _value(v: Any) -> Any:
     return json.dumps(v) if isinstance(v, (list, tuple, dict)) else v
 
 
+_NUMBER = re.compile(r"^[-+]?(\d|\.\d|inf|nan)", re.IGNORECASE)
+
+
+def _text_columns(df: pd.DataFrame) -> list[int]:
+    """1-based positions of the columns holding text (left-aligned); numbers, also formatted ones such as
+    '34.1 ± 0.2', stay right-aligned."""
+    return [i + 1 for i, c in enumerate(df.columns)
+            if df[c].dtype == object and any(not _NUMBER.match(str(v)) for v in df[c].dropna())]
+
+
 def _table(df: pd.DataFrame, table_id: str) -> str:
-    """A pandas table as HTML (escaped; NaN shown as an em dash)."""
+    """A pandas table as HTML (escaped; NaN shown as an em dash; text columns left-aligned)."""
     if df.empty:
         return "<p><em>No data yet.</em></p>"
-    return df.to_html(index=False, table_id=table_id, na_rep="—", escape=True, border=0,
-                      float_format=lambda v: f"{v:.4g}")
+    left = ",".join(f"#{table_id} td:nth-child({i}),#{table_id} th:nth-child({i})" for i in _text_columns(df))
+    style = f"<style>{left}{{text-align:left}}</style>\n" if left else ""
+    return style + df.to_html(index=False, table_id=table_id, na_rep="—", escape=True, border=0,
+                              float_format=lambda v: f"{v:.4g}")
 
 
 def _kv_table(pairs: Iterable[tuple[str, Any]], table_id: str) -> str:
