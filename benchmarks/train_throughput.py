@@ -1,59 +1,182 @@
-"""Training throughput (target tokens/s) of the Transformer on random batches, fp32 and bf16.
+"""Training throughput (target tokens/s) of the project's training step against a plain PyTorch one.
 
-Defaults: the paper model (6/6 layers, d_model 512, 4 heads, FFN 1024, vocab 10000) on batches of about
-4096 tokens (max_tokens as the paper). Each timed update is a full training step: forward, label-smoothed
-loss, backward, AdamW step. Example:
+The project's step is what the training loop (src/lnrepro/train/loop.py) runs: ``Transformer(cfg)(src, prev)``
+under the precision's autocast, ``label_smoothed_nll_loss``, backward of the loss per target token, AdamW step.
+The reference is the step a user would write: ``torch.nn.Transformer(batch_first=True, norm_first=True)`` with
+token embeddings, sinusoidal positions and a tied output projection, ``F.cross_entropy(label_smoothing=0.1,
+ignore_index=PAD, reduction="sum")``, the same AdamW. Both models have the same sizes.
 
-    PYTHONPATH=src python benchmarks/train_throughput.py --threads 2 --updates 3
-    PYTHONPATH=src python benchmarks/train_throughput.py --layers 2 --d-model 64 --heads 4 --ffn 128 --vocab 1000
+Batches: real sentences (``--ids PREFIX`` reads PREFIX.de.ids and PREFIX.en.ids, one line of space-separated
+ids per sentence, as data/bpe/train.*.ids) cut as training cuts them (fairseq's batch_by_size, padded to the
+longest), ``--batches`` of them spread evenly over the length-sorted batch list; without ``--ids``, random
+batches of ``--length`` tokens. Variants run interleaved (a round is every variant once over all batches); the
+first round is a warm-up; tokens/s is reported as the median over rounds with the min-max spread. Times are
+the process's CPU time by default (``--clock cpu``): on a shared machine a one-thread step's CPU time is what
+it takes alone, while wall time also counts the time other processes held the core. Model FLOP
+utilization counts the matmul FLOPs of the unpadded tokens (``Transformer.flops_per_batch``) against the
+peak of one large matmul measured in the same process. ``--profile VARIANT`` prints the top self-CPU entries of
+one round of that variant instead. Examples:
+
+    PYTHONPATH=src python benchmarks/train_throughput.py --ids data/bpe/train --threads 1 \
+        --d-model 256 --ffn 512 --vocab 8000
+    PYTHONPATH=src python benchmarks/train_throughput.py --ids data/bpe/train --profile project-bf16
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import statistics
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
-from lnrepro.model import ModelConfig, Transformer
+from lnrepro.model import ModelConfig, Transformer, sinusoidal_table
+from lnrepro.train.batching import batch_by_size, collate, read_ids
 from lnrepro.train.loss import label_smoothed_nll_loss
-from lnrepro.vocab import EOS
+from lnrepro.vocab import EOS, PAD
+
+VARIANTS = ("project-fp32", "project-bf16", "reference-fp32", "reference-bf16")
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # src, prev, target
 
 
-def bench(args: argparse.Namespace, precision: str) -> dict:
+class Reference(nn.Module):
+    """torch.nn.Transformer (Pre-LN) with embeddings, positions and a tied output projection, as a user writes it."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.scale = math.sqrt(d)
+        self.src_embed = nn.Embedding(cfg.vocab_size, d, padding_idx=PAD)
+        self.tgt_embed = nn.Embedding(cfg.vocab_size, d, padding_idx=PAD)
+        self.register_buffer("pos", sinusoidal_table(cfg.max_positions, d), persistent=False)
+        self.core = nn.Transformer(d, cfg.heads, cfg.encoder_layers, cfg.decoder_layers, cfg.ffn_dim, cfg.dropout,
+                                   batch_first=True, norm_first=True)
+
+    def forward(self, src: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        x = self.src_embed(src) * self.scale + self.pos[: src.size(1)]
+        y = self.tgt_embed(prev) * self.scale + self.pos[: prev.size(1)]
+        causal = nn.Transformer.generate_square_subsequent_mask(prev.size(1))
+        h = self.core(x, y, tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src.eq(PAD),
+                      memory_key_padding_mask=src.eq(PAD), tgt_key_padding_mask=prev.eq(PAD))
+        return F.linear(h, self.tgt_embed.weight)
+
+
+def autocast(precision: str) -> contextlib.AbstractContextManager:
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+
+def make_step(variant: str, cfg: ModelConfig) -> Callable[[Batch], None]:
+    """One full update of ``variant`` (a name in VARIANTS) on a batch; the model is built under seed 0."""
+    kind, precision = variant.split("-")
     torch.manual_seed(0)
-    device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
-    cfg = ModelConfig(vocab_size=args.vocab, encoder_layers=args.layers, decoder_layers=args.layers,
-                      d_model=args.d_model, heads=args.heads, ffn_dim=args.ffn, norm=args.norm)
-    model = Transformer(cfg).to(device).train()
+    model = (Transformer(cfg) if kind == "project" else Reference(cfg)).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=1e-4)
-    bsz = max(1, args.max_tokens // args.length)  # sentences x length <= max_tokens, as batch_by_size
-    src = torch.randint(4, args.vocab, (bsz, args.length), device=device)
-    target = torch.randint(4, args.vocab, (bsz, args.length), device=device)
-    prev = torch.cat([torch.full((bsz, 1), EOS, device=device), target[:, :-1]], dim=1)
-    ntok = target.numel()
-    amp = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
-    def step() -> None:
-        with amp:
+    def project(batch: Batch) -> None:  # as src/lnrepro/train/loop.py
+        src, prev, target = batch
+        with autocast(precision):
             logits = model(src, prev)
-        loss, _ = label_smoothed_nll_loss(logits, target, 0.1)
+        loss_sum, _ = label_smoothed_nll_loss(logits, target, 0.1)
         opt.zero_grad(set_to_none=True)
-        (loss / ntok).backward()
+        (loss_sum / int(target.ne(PAD).sum())).backward()
         opt.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
 
-    for _ in range(args.warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(args.updates):
-        step()
-    dt = (time.perf_counter() - t0) / args.updates
-    flops = model.flops_per_batch(src.numel(), ntok, args.length, args.length)
-    return {"precision": precision, "device": str(device), "params": model.num_params(), "batch": bsz,
-            "tokens": ntok, "s_per_update": dt, "tokens_per_s": ntok / dt, "gflops_per_s": flops / dt / 1e9}
+    def reference(batch: Batch) -> None:
+        src, prev, target = batch
+        with autocast(precision):
+            logits = model(src, prev)
+            loss = F.cross_entropy(logits.view(-1, cfg.vocab_size), target.view(-1), ignore_index=PAD,
+                                   label_smoothing=0.1, reduction="sum")
+        opt.zero_grad(set_to_none=True)
+        (loss / int(target.ne(PAD).sum())).backward()
+        opt.step()
+
+    return project if kind == "project" else reference
+
+
+def real_batches(prefix: str, max_tokens: int, count: int) -> list[Batch]:
+    """``count`` training batches spread evenly over the length-sorted list batch_by_size builds (seed 1)."""
+    src, tgt = read_ids(f"{prefix}.de.ids"), read_ids(f"{prefix}.en.ids")
+    index = batch_by_size([len(s) for s in src], [len(t) for t in tgt], max_tokens, seed=1)
+    picks = sorted({round(i * (len(index) - 1) / max(count - 1, 1)) for i in range(count)})
+    return [collate([src[i] for i in index[p]], [tgt[i] for i in index[p]]) for p in picks]
+
+
+def random_batches(vocab: int, max_tokens: int, length: int, count: int) -> list[Batch]:
+    g = torch.Generator().manual_seed(0)
+    bsz = max(1, max_tokens // length)
+    out = []
+    for _ in range(count):
+        src = torch.randint(4, vocab, (bsz, length), generator=g)
+        target = torch.randint(4, vocab, (bsz, length), generator=g)
+        out.append((src, torch.cat([torch.full((bsz, 1), EOS), target[:, :-1]], dim=1), target))
+    return out
+
+
+def batch_flops(model: Transformer, batches: list[Batch]) -> float:
+    """Training matmul FLOPs of the unpadded tokens: attention lengths as sum(len^2)/sum(len) of the sentences."""
+    total = 0.0
+    for src, _, target in batches:
+        s_len, t_len = src.ne(PAD).sum(1).double(), target.ne(PAD).sum(1).double()
+        total += model.flops_per_batch(int(s_len.sum()), int(t_len.sum()), float((s_len ** 2).sum() / s_len.sum()),
+                                       float((t_len ** 2).sum() / t_len.sum()))
+    return total
+
+
+Clock = Callable[[], float]
+CLOCKS: dict[str, Clock] = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def matmul_peak(dtype: torch.dtype, clock: Clock, n: int = 2048, reps: int = 5) -> float:
+    """GFLOP/s of the best of ``reps`` n x n x n matmuls in ``dtype``."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    best = math.inf
+    for _ in range(reps):
+        t0 = clock()
+        a @ b
+        best = min(best, clock() - t0)
+    return 2 * n ** 3 / best / 1e9
+
+
+@dataclass
+class Result:
+    variant: str
+    tokens_per_s: list[float]  # one per measured round
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.tokens_per_s)
+
+
+def measure(steps: dict[str, Callable[[Batch], None]], batches: list[Batch], rounds: int,
+            clock: Clock) -> dict[str, Result]:
+    """Interleaved rounds (every variant over every batch, in turn); round 0 is the warm-up, not reported."""
+    ntok = sum(int(t.ne(PAD).sum()) for _, _, t in batches)
+    results = {v: Result(v, []) for v in steps}
+    for r in range(rounds + 1):
+        for variant, step in steps.items():
+            t0 = clock()
+            for batch in batches:
+                step(batch)
+            if r > 0:
+                results[variant].tokens_per_s.append(ntok / (clock() - t0))
+    return results
+
+
+def profile(step: Callable[[Batch], None], batches: list[Batch], rows: int) -> str:
+    for batch in batches:  # warm-up
+        step(batch)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for batch in batches:
+            step(batch)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
 
 
 def main() -> None:
@@ -63,23 +186,51 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--ffn", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=10000)
-    ap.add_argument("--norm", choices=["post", "pre"], default="pre")
+    ap.add_argument("--norm", default="pre")
+    ap.add_argument("--ids", help="PREFIX of PREFIX.de.ids / PREFIX.en.ids (real batches); default random ones")
     ap.add_argument("--max-tokens", type=int, default=4096)
-    ap.add_argument("--length", type=int, default=32, help="source and target length of every sentence")
-    ap.add_argument("--updates", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
-    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ap.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    ap.add_argument("--length", type=int, default=32, help="random batches: length of every sentence")
+    ap.add_argument("--batches", type=int, default=6, help="batches per round")
+    ap.add_argument("--rounds", type=int, default=3, help="measured rounds (after one warm-up round)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clock", choices=CLOCKS, default="cpu", help="cpu: process CPU time (default); wall")
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--profile", choices=VARIANTS, help="print the self-CPU profile of one round of this variant")
+    ap.add_argument("--profile-rows", type=int, default=25)
     args = ap.parse_args()
+    clock = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
-    print(f"model {args.layers}/{args.layers} d={args.d_model} heads={args.heads} ffn={args.ffn} "
-          f"vocab={args.vocab}; ~{args.max_tokens} tokens/batch; threads={args.threads}")
-    for precision in args.precision:
-        r = bench(args, precision)
-        print(f"{r['precision']:>5} {r['device']}: {r['tokens_per_s']:,.0f} target tokens/s "
-              f"({r['s_per_update']:.3f} s/update, batch {r['batch']}x{args.length}, params {r['params']:,}, "
-              f"~{r['gflops_per_s']:.1f} GFLOP/s)", flush=True)
+    cfg = ModelConfig(vocab_size=args.vocab, encoder_layers=args.layers, decoder_layers=args.layers,
+                      d_model=args.d_model, heads=args.heads, ffn_dim=args.ffn, norm=args.norm)
+    batches = (real_batches(args.ids, args.max_tokens, args.batches) if args.ids
+               else random_batches(args.vocab, args.max_tokens, args.length, args.batches))
+    padded = sum(t.numel() + s.numel() for s, _, t in batches)
+    real = sum(int(t.ne(PAD).sum() + s.ne(PAD).sum()) for s, _, t in batches)
+    print(f"model {args.layers}+{args.layers} d={args.d_model} heads={args.heads} ffn={args.ffn} vocab={args.vocab} "
+          f"norm={args.norm}; threads={args.threads}; clock {args.clock}; {len(batches)} batches "
+          f"({', '.join(f'{tuple(t.shape)}' for _, _, t in batches)}), padding {1 - real / padded:.1%} of tokens")
+    if args.profile:
+        print(profile(make_step(args.profile, cfg), batches, args.profile_rows))
+        return
+    peaks = {p: matmul_peak(dt, clock) for p, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+    print(f"matmul peak 2048^3: fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s")
+    results = measure({v: make_step(v, cfg) for v in args.variants}, batches, args.rounds, clock)
+    flops = batch_flops(Transformer(cfg), batches)
+    ntok = sum(int(t.ne(PAD).sum()) for _, _, t in batches)
+    for v, r in results.items():
+        precision = v.split("-")[1]
+        gflops = flops / (ntok / r.median) / 1e9
+        print(f"{v:>15}: {r.median:8,.0f} target tokens/s (min {min(r.tokens_per_s):,.0f}, "
+              f"max {max(r.tokens_per_s):,.0f}, {len(r.tokens_per_s)} rounds), {gflops:.0f} GFLOP/s "
+              f"= {gflops / peaks[precision]:.0%} of the {precision} peak")
+    for precision in ("fp32", "bf16"):
+        p, ref = results.get(f"project-{precision}"), results.get(f"reference-{precision}")
+        if p and ref:
+            ratios = [a / b for a, b in zip(p.tokens_per_s, ref.tokens_per_s)]
+            print(f"{precision}: project / reference {statistics.median(ratios):.2f}x "
+                  f"(per round {min(ratios):.2f}-{max(ratios):.2f})")
+    if "project-fp32" in results and "project-bf16" in results:
+        print(f"project bf16 / fp32 {results['project-bf16'].median / results['project-fp32'].median:.2f}x")
 
 
 if __name__ == "__main__":
