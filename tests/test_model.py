@@ -213,3 +213,52 @@ def test_load_model_bad_file(tmp_path):
 def test_flops_estimate_positive():
     m = tiny()
     assert m.flops_per_batch(100, 100, 10, 10) > 6 * 100 * 32 * 60
+
+
+def _sdpa(q, k, v, key_pad, causal):
+    """The same attention through F.scaled_dot_product_attention (boolean mask: True = may attend)."""
+    tq, tk = q.size(-2), k.size(-2)
+    allowed = torch.ones(q.size(0), 1, tq, tk, dtype=torch.bool)
+    if key_pad is not None:
+        allowed &= ~key_pad[:, None, None, :]
+    if causal:
+        allowed &= torch.arange(tk)[None, :] <= torch.arange(tq)[:, None] + (tk - tq)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("masks", ["none", "key_pad", "causal", "key_pad+causal", "incremental"])
+def test_attend_equals_sdpa(dtype, tol, masks):
+    from lnrepro.model.transformer import attend
+
+    g = torch.Generator().manual_seed(0)
+    b, h, tq, hd = 3, 4, 6, 16
+    tk = 9 if masks == "incremental" else tq  # the last 6 of 9 positions, as with a cache holding 3
+    q, k, v = (torch.randn(b, h, t, hd, generator=g).to(dtype).requires_grad_() for t in (tq, tk, tk))
+    key_pad = None
+    if "key_pad" in masks:
+        key_pad = torch.zeros(b, tk, dtype=torch.bool)
+        key_pad[0, 4:] = True
+        key_pad[2, 1:] = True  # one real key only
+    causal = "causal" in masks or masks == "incremental"
+    out = attend(q, k, v, key_pad, causal, 0.0, True)
+    ref = _sdpa(q, k, v, key_pad, causal)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+    go = torch.randn(out.shape, generator=g).to(dtype)
+    grads = torch.autograd.grad(out, (q, k, v), go)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), go)
+    for a, r in zip(grads, ref_grads):
+        torch.testing.assert_close(a, r, atol=5 * tol, rtol=5 * tol)
+
+
+def test_attend_under_autocast_softmax_in_fp32():
+    """Under bf16 autocast the scores are bf16 matmuls and the softmax fp32, as fairseq's utils.softmax."""
+    from lnrepro.model.transformer import attend
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 8, generator=g) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attend(q, k, v, None, True, 0.0, False)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), _sdpa(q, k, v, None, True), atol=2e-2, rtol=2e-2)

@@ -25,9 +25,9 @@ Pre-LN, and any variant registered there); docs/architecture.md describes how th
 Documented deviations that do not change results: sources are padded on the RIGHT (fairseq pads them on the
 left); positions count only non-padding tokens either way and padded keys are masked. The decoder's
 self-attention uses the causal mask only (fairseq also masks padded keys; with right padding no real query can
-see a padded key, so only the outputs at padded positions, which the loss ignores, differ). Attention runs
-through ``torch.nn.functional.scaled_dot_product_attention`` (its default scale is head_dim^-0.5, applied
-to q @ k^T, equal to fairseq's scaling of q).
+see a padded key, so only the outputs at padded positions, which the loss ignores, differ). Attention is
+computed as fairseq computes it, with explicit matmuls (``attend``), except that head_dim^-0.5 scales the
+fp32 scores rather than q (the same values when head_dim is a power of 4, as 64 at both sizes here).
 
 References: Vaswani et al. 2017; Xiong et al. 2020 (arXiv 2002.04745); fairseq 0.9.0 (github.com/pytorch/fairseq,
 tag v0.9.0); nanoGPT (github.com/karpathy/nanoGPT, model.py).
@@ -179,8 +179,34 @@ class SinusoidalPositions(nn.Module):
         return self._table(int(pos.max()) + 1)[pos]
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_pad: torch.Tensor | None, causal: bool,
+           p_drop: float, training: bool) -> torch.Tensor:
+    """softmax(q k^T / sqrt(head_dim), masked) v for q [B,H,T,hd], k/v [B,H,S,hd]; key_pad [B,S] True at padding.
+
+    As fairseq 0.9.0 multihead_attention.py computes it: scores in the input's dtype (bf16 under autocast),
+    padded and future keys set to -inf, softmax in fp32 (``utils.softmax(..., dim=-1)`` upcasts), the
+    probabilities cast back to the input's dtype, dropout on them, then @ v. Written out rather than through
+    ``F.scaled_dot_product_attention``: on the CPU its flash kernel's backward is several times slower than
+    these matmuls at training shapes (short sentences, head_dim 64), and bf16 softmax kernels are slower than
+    fp32 ones on short rows. fairseq scales q before q @ k^T; the scale is applied to the fp32 scores here
+    (exactly equal when head_dim is a power of 4, as 64; otherwise equal up to rounding).
+    ``causal``: query i (of the last T of S positions) sees keys 0..i + S - T (incremental decoding included).
+    """
+    tq, tk = q.size(-2), k.size(-2)
+    scores = torch.matmul(q, k.transpose(-2, -1)).float().mul_(q.size(-1) ** -0.5)
+    if key_pad is not None:
+        scores.masked_fill_(key_pad[:, None, None, :], float("-inf"))
+    if causal and tq > 1:
+        future = torch.ones(tq, tk, dtype=torch.bool, device=q.device).triu_(tk - tq + 1)
+        scores.masked_fill_(future, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    if p_drop > 0.0 and training:
+        probs = F.dropout(probs, p_drop, training=True)
+    return torch.matmul(probs, v)
+
+
 class Attention(nn.Module):
-    """Multi-head attention (fairseq MultiheadAttention semantics) through scaled_dot_product_attention."""
+    """Multi-head attention with fairseq MultiheadAttention's parameters and semantics (``attend``)."""
 
     def __init__(self, d_model: int, heads: int, attention_dropout: float) -> None:
         super().__init__()
@@ -207,20 +233,7 @@ class Attention(nn.Module):
             k, v = self._kv(x) if cache is None else cache.self_attention(*self._kv(x))
         else:
             k, v = self._kv(memory) if cache is None else cache.encoder_attention(lambda: self._kv(memory))
-        mask = None
-        is_causal = False
-        if key_pad is not None:
-            mask = (~key_pad)[:, None, None, :]  # True = may attend
-        if causal:
-            tq, tk = q.size(2), k.size(2)
-            if tq == tk and mask is None:
-                is_causal = True
-            elif tq > 1:
-                allowed = torch.arange(tk, device=x.device)[None, :] <= (
-                    torch.arange(tq, device=x.device)[:, None] + (tk - tq))
-                mask = allowed if mask is None else (mask & allowed)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                           dropout_p=self.attention_dropout if self.training else 0.0)
+        y = attend(q, k, v, key_pad, causal, self.attention_dropout, self.training)
         b, _, t, _ = y.shape
         return self.out_proj(y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
 
