@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from lnrepro.train.loss import label_smoothed_nll_loss
@@ -46,3 +47,43 @@ def test_padding_ignored_and_eps_zero_is_nll():
     logits2[0, 2:] = 1000.0  # garbage at padded positions changes nothing
     torch.testing.assert_close(label_smoothed_nll_loss(logits2, target, 0.1)[0],
                                label_smoothed_nll_loss(logits, target, 0.1)[0])
+
+
+def _plain(logits, target, eps):
+    """fairseq's formula through autograd: log_softmax over all rows, padded rows masked."""
+    lprobs = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    pad = target.eq(PAD).unsqueeze(-1)
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).masked_fill(pad, 0.0).sum()
+    smooth = -lprobs.sum(-1, keepdim=True).masked_fill(pad, 0.0).sum()
+    return (1 - eps) * nll + eps / logits.size(-1) * smooth, nll
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+def test_fused_gradient_equals_autograd_of_the_formula(dtype, tol):
+    import lnrepro.train.loss as loss_module
+
+    g = torch.Generator().manual_seed(0)
+    rows = 3 * loss_module.ROWS_PER_CHUNK + 5  # several chunks and a partial one
+    logits = (3 * torch.randn(rows, 2, 37, generator=g)).to(dtype).requires_grad_()
+    target = torch.randint(0, 37, (rows, 2), generator=g)
+    target[::3, 1] = PAD
+    loss, nll = label_smoothed_nll_loss(logits, target, 0.1)
+    ref_loss, ref_nll = _plain(logits, target, 0.1)
+    torch.testing.assert_close(loss, ref_loss, rtol=tol, atol=0)
+    torch.testing.assert_close(nll, ref_nll, rtol=tol, atol=0)
+    (grad,) = torch.autograd.grad(loss * 0.37, logits)
+    (ref_grad,) = torch.autograd.grad(ref_loss * 0.37, logits)
+    assert grad.dtype == dtype
+    torch.testing.assert_close(grad, ref_grad, rtol=tol, atol=tol * 0.37)
+    assert torch.all(grad[target.eq(PAD)] == 0)
+    assert not nll.requires_grad  # for logging only
+
+
+def test_gradcheck_and_all_padding():
+    logits = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    target = torch.tensor([1, 3, PAD, 6, 0])
+    assert torch.autograd.gradcheck(lambda z: label_smoothed_nll_loss(z, target, 0.2)[0], (logits,))
+    loss, nll = label_smoothed_nll_loss(logits, torch.full((5,), PAD), 0.1)
+    assert float(loss.detach()) == 0.0 and float(nll) == 0.0
+    loss.backward()
+    assert torch.all(logits.grad == 0)
