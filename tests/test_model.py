@@ -262,3 +262,40 @@ def test_attend_under_autocast_softmax_in_fp32():
         out = attend(q, k, v, None, True, 0.0, False)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), _sdpa(q, k, v, None, True), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_statistics(p, dtype):
+    """Drop rate p (within 5 binomial sigmas), kept values scaled by 1/(1-p), adjacent elements independent
+    (both halves of each 64-bit draw are used), gradient = the same mask and scale."""
+    from lnrepro.model.transformer import dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(1000, 2000, dtype=dtype, requires_grad=True)
+    y = dropout(x, p, training=True)
+    assert y.dtype == dtype and y.shape == x.shape
+    dropped = y.detach() == 0
+    n = dropped.numel()
+    sigma = math.sqrt(p * (1 - p) / n)
+    assert abs(dropped.float().mean().item() - p) < 5 * sigma
+    torch.testing.assert_close(y.detach()[~dropped], torch.full((n - int(dropped.sum()),), 1 / (1 - p)).to(dtype))
+    pairs = dropped.view(-1, 2)  # the two int32 halves of one 64-bit word
+    assert abs((pairs[:, 0] & pairs[:, 1]).float().mean().item() - p * p) < 5 * math.sqrt(p * p / (n // 2))
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, y.detach())
+
+
+def test_dropout_identity_and_reproducible():
+    from lnrepro.model.transformer import Dropout, dropout
+
+    x = torch.randn(64, 33)
+    assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0, training=True) is x
+    assert torch.all(dropout(x, 1.0, training=True) == 0)
+    torch.manual_seed(5)
+    a = dropout(x, 0.3, training=True)
+    b = dropout(x, 0.3, training=True)
+    torch.manual_seed(5)
+    assert torch.equal(dropout(x, 0.3, training=True), a) and not torch.equal(a, b)
+    module = Dropout(0.3)
+    assert module.eval()(x) is x and not torch.equal(module.train()(x), x)
