@@ -76,7 +76,9 @@ def make_step(variant: str, cfg: ModelConfig) -> Callable[[Batch], None]:
     kind, precision = variant.split("-")
     torch.manual_seed(0)
     model = (Transformer(cfg) if kind == "project" else Reference(cfg)).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=1e-4)
+    # The project's optimizer as loop.py builds it (fused); the reference's as a user writes it (default).
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=1e-4,
+                            fused=kind == "project")
 
     def project(batch: Batch) -> None:  # as src/lnrepro/train/loop.py
         src, prev, target = batch
