@@ -324,3 +324,15 @@ def test_stacked_projections_equal_separate_ones(cross):
     params = [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, attn.v_proj.bias]
     for a, b in zip(torch.autograd.grad(out.sum(), params), torch.autograd.grad(ref.sum(), params)):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_model_pickles(norm):
+    """The registered sublayer functions are named functions: the whole module pickles and deep-copies."""
+    import copy
+    import pickle
+
+    m = tiny(norm)
+    src, prev = batch()
+    for clone in (pickle.loads(pickle.dumps(m)), copy.deepcopy(m)):
+        torch.testing.assert_close(clone(src, prev), m(src, prev), rtol=0, atol=0)

@@ -56,5 +56,19 @@ def norm_variant(name: str) -> NormVariant:
 
 
 # The paper's two arrangements (post first: the original Transformer, the baseline every figure starts with).
-register_norm(NormVariant("post", lambda x, norm, f, dropout: norm(x + dropout(f(x))), final_norm=False, label="Post-LN"))
-register_norm(NormVariant("pre", lambda x, norm, f, dropout: x + dropout(f(norm(x))), final_norm=True, label="Pre-LN"))
+# Named module-level functions, not lambdas, so that a model holding them can be pickled (copy.deepcopy,
+# torch.save of the whole module, multiprocessing).
+
+
+def post_ln_sublayer(x: Any, norm: Callable[[Any], Any], f: Callable[[Any], Any], dropout: Callable[[Any], Any]) -> Any:
+    """Post-LN: x_{l+1} = LN(x_l + dropout(F(x_l)))."""
+    return norm(x + dropout(f(x)))
+
+
+def pre_ln_sublayer(x: Any, norm: Callable[[Any], Any], f: Callable[[Any], Any], dropout: Callable[[Any], Any]) -> Any:
+    """Pre-LN: x_{l+1} = x_l + dropout(F(LN(x_l)))."""
+    return x + dropout(f(norm(x)))
+
+
+register_norm(NormVariant("post", post_ln_sublayer, final_norm=False, label="Post-LN"))
+register_norm(NormVariant("pre", pre_ln_sublayer, final_norm=True, label="Pre-LN"))
