@@ -27,7 +27,6 @@ except cfg.LnReproError as e:
 
 P = Paths(X.name)
 RUNS, EPOCHS, SPLITS = X.select, X.epochs, X.eval.splits
-SEEDS = X.seeds  # of a run outside any grid; every run's own seeds: X.seeds_of(run)
 # The software environment of every shell rule, for --software-deployment-method conda.
 CONDA_ENV = str(Path(workflow.basedir) / "envs" / "lnrepro.yaml")
 

@@ -320,7 +320,8 @@ def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
 
 def _what_was_run(ctx: _Context) -> list[str]:
     e = ctx.experiment
-    parts = [f"<p>Seeds: {_esc(', '.join(map(str, e.seeds)))}. Runs selected: {len(e.select)}. "
+    grid_seeds = "".join(f"; grid {g}: {', '.join(map(str, gs.seeds))}" for g, gs in e.grids.items())
+    parts = [f"<p>Seeds: {_esc(', '.join(map(str, e.seeds)) + grid_seeds)}. Runs selected: {len(e.select)}. "
              f"Dataset: <code>{_esc(e.data.dataset)}</code>.</p>"]
     if e.notes:
         parts.append(f'<div class="note"><strong>Notes:</strong> {_esc(e.notes)}</div>')
