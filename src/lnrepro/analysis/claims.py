@@ -38,9 +38,6 @@ NOT_AT_SCALE, NOT_MEASURED = "not measured at this scale", "not measured"
 STATUSES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_AT_SCALE, NOT_MEASURED)
 CLAIM_COLUMNS = ["id", "claim", "source", "kind", "published", "measured", "ci_low", "ci_high", "n_seeds",
                  "measured_as", "scale", "status", "note"]
-# Measures another stage fills in: until it does, their claims are "not measured".
-PENDING = {"gradinit_exponent": "the gradient-at-initialization fit is not wired into the claims yet",
-           "gradinit_last_layer": "the gradient-at-initialization fit is not wired into the claims yet"}
 SIZE_KEYS = ("encoder_layers", "decoder_layers", "d_model", "ffn_dim", "heads")
 
 
@@ -51,7 +48,7 @@ def published() -> dict[str, Any]:
         data = yaml.safe_load(f)
     for c in data["claims"]:
         kind = c["measure"]["kind"]
-        if kind not in MEASURES and kind not in PENDING:
+        if kind not in MEASURES:
             raise LnReproError(f"{PUBLISHED}: claim {c['id']}: unknown measure kind {kind!r}")
     return data
 
@@ -80,6 +77,8 @@ class Evidence:
     cells: pd.DataFrame  # budget.cell_table
     fits: Mapping[tuple[str, str], ef.Fit]  # (metric, budget label) -> fit
     last: str  # the last-epoch budget's label
+    gradinit: pd.DataFrame | None = None  # analysis/gradinit.csv (None: the stage has not run)
+    gradinit_fit: pd.DataFrame | None = None  # analysis/gradinit_fit.csv
 
 
 def _levels(cell: Mapping[str, Any]) -> str:
@@ -194,8 +193,57 @@ def _measure_simple_effect(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     return Measured(*est, f.n_seeds, what, scale, at_scale, True, f.note)
 
 
+def _gradinit_scale(ev: Evidence) -> tuple[str, bool]:
+    """Where the gradient at initialization was measured: the dataset and the analysed width (the depths vary)."""
+    from .gradinit_fit import init_rows
+
+    paper = published()["paper"]["scale"]
+    width = {k: int(init_rows(ev.gradinit)[k].iloc[0]) for k in ("d_model", "ffn_dim", "heads")
+             if k in ev.gradinit.columns}
+    width = width or {k: getattr(ev.experiment.model, k) for k in ("d_model", "ffn_dim", "heads")}
+    text = (f"{ev.experiment.data.dataset}, d_model {width['d_model']}, FFN {width['ffn_dim']}, "
+            f"{width['heads']} heads, depths {sorted(set(init_rows(ev.gradinit)['depth'].tolist()))}")
+    return text, ev.experiment.data.dataset == paper["dataset"] and all(
+        width[k] == paper["model"][k] for k in width)
+
+
+def _measure_gradinit_exponent(ev: Evidence, m: Mapping[str, Any]) -> Measured:
+    """Theorem 1's depth exponent b of the last decoder layer's W^2 expected gradient (gradinit_fit.csv)."""
+    from .gradinit_fit import headline
+
+    if ev.gradinit_fit is None or ev.gradinit is None:
+        return Measured(note="gradient at initialization not computed (analysis/gradinit_fit.csv absent)")
+    row = headline(ev.gradinit_fit)
+    row = row[row["norm"] == m["norm"]]  # the fit is over the fresh models only
+    if row.empty:
+        return Measured(note=f"no gradient-at-initialization fit for norm {m['norm']!r}")
+    r = row.iloc[0]
+    scale, at_scale = _gradinit_scale(ev)
+    return Measured(float(r["b"]), float(r["b_low"]), float(r["b_high"]), len(str(r["seeds"]).split(";")),
+                    f"b of value ~ c * L^b, last decoder layer W^2 ({r.get('interval', 'OLS interval')})",
+                    scale, at_scale)
+
+
+def _measure_gradinit_last_layer(ev: Evidence, m: Mapping[str, Any]) -> Measured:
+    """Figure 3(c)'s value: the last decoder layer's W^2 expected gradient at init, over depths and seeds."""
+    from .gradinit_fit import HEADLINE, init_rows, last_layer
+
+    if ev.gradinit is None:
+        return Measured(note="gradient at initialization not computed (analysis/gradinit.csv absent)")
+    g = last_layer(init_rows(ev.gradinit))
+    g = g[(g["norm"] == m["norm"]) & (g["stack"] == HEADLINE["stack"]) & (g["param"] == HEADLINE["param"])
+          & (g["statistic"] == HEADLINE["statistic"])]
+    if g.empty:
+        return Measured(note=f"no last-layer W^2 value for norm {m['norm']!r}")
+    mean, _, lo, hi = mean_interval(g["value"].tolist())
+    scale, at_scale = _gradinit_scale(ev)
+    return Measured(mean, lo, hi, int(g["seed"].nunique()),
+                    "mean over depths and seeds of the last decoder layer's ||E[dL/dW2]||_F", scale, at_scale)
+
+
 MEASURES: dict[str, Callable[[Evidence, Mapping[str, Any]], Measured]] = {
     "cell": _measure_cell, "epoch_ratio": _measure_epoch_ratio, "simple_effect": _measure_simple_effect,
+    "gradinit_exponent": _measure_gradinit_exponent, "gradinit_last_layer": _measure_gradinit_last_layer,
 }
 
 
@@ -232,7 +280,7 @@ def _published_text(c: Mapping[str, Any]) -> str:
 
 def measure(claim: Mapping[str, Any], ev: Evidence) -> Measured:
     kind = claim["measure"]["kind"]
-    return Measured(note=PENDING[kind]) if kind in PENDING else MEASURES[kind](ev, claim["measure"])
+    return MEASURES[kind](ev, claim["measure"])
 
 
 def claims_table(ev: Evidence) -> pd.DataFrame:

@@ -299,9 +299,9 @@ def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
     confounds.md)."""
     agg = ag.aggregate(exp_dir, experiment)
     tables = ag.write_tables(agg, out_dir / "tables")
-    study = st.build(exp_dir, experiment, agg)
-    tables.update({k: ag.write_csv(v, out_dir / "tables" / f"{k}.csv") for k, v in study.tables().items()})
     gi, fit, gi_missing = _read_gradinit(exp_dir, experiment)
+    study = st.build(exp_dir, experiment, agg, gi, fit)
+    tables.update({k: ag.write_csv(v, out_dir / "tables" / f"{k}.csv") for k, v in study.tables().items()})
     views = {} if gi is None else {
         "gradinit_summary": _gradinit_layers(gi, figure_depth(gi, experiment.model.decoder_layers)),
         "gradinit_by_depth": _gradinit_by_depth(gi), **({} if fit is None else {"gradinit_fit": fit})}

@@ -64,8 +64,10 @@ def _findings(claims: pd.DataFrame, fits: dict[tuple[str, str], ef.Fit], split: 
     return out
 
 
-def build(exp_dir: Path, experiment: Experiment, agg: ag.Aggregate) -> Study:
-    """The study of ``agg`` (aggregate.aggregate of ``exp_dir``)."""
+def build(exp_dir: Path, experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | None = None,
+          gradinit_fit: pd.DataFrame | None = None) -> Study:
+    """The study of ``agg`` (aggregate.aggregate of ``exp_dir``); the gradient-at-initialization tables (None
+    when not computed) feed the claims of Theorem 1 and Figure 3."""
     settings, split, epochs = experiment.analysis.report, agg.split, agg.epochs
     prog = tb.progress(epochs, ag.summary_table(exp_dir, experiment), experiment)
     budget_list = bu.budgets(epochs, experiment.epochs, settings)
@@ -83,7 +85,7 @@ def build(exp_dir: Path, experiment: Experiment, agg: ag.Aggregate) -> Study:
     best = tu.best_of(cells, grid_runs, last, loss)
     pairs = tu.tuned_pairs(experiment)
     test_metrics = [f"test_{m}" for m in ("bleu_tok", "loss_base2")]
-    claims = cl.claims_table(cl.Evidence(experiment, epochs, cells, fits, last))
+    claims = cl.claims_table(cl.Evidence(experiment, epochs, cells, fits, last, gradinit, gradinit_fit))
     return Study(
         settings=settings, split=split, last=last, target_bleu=target, budgets=budget_list,
         scores_long=tb.scores_long(epochs, prog, experiment.eval.splits),
