@@ -267,8 +267,8 @@ def test_attend_under_autocast_softmax_in_fp32():
 @pytest.mark.parametrize("p", [0.1, 0.3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_dropout_statistics(p, dtype):
-    """Drop rate p (within 5 binomial sigmas), kept values scaled by 1/(1-p), adjacent elements independent
-    (both halves of each 64-bit draw are used), gradient = the same mask and scale."""
+    """Drop rate p (within 5 binomial sigmas; the mask quantizes p to 2^-17), kept values scaled by 2^16/k (1/(1-p)
+    to 2^-16, unbiased), the four 16-bit draws of each 64-bit word independent, gradient = the same mask and scale."""
     from lnrepro.model.transformer import dropout
 
     torch.manual_seed(0)
@@ -278,10 +278,14 @@ def test_dropout_statistics(p, dtype):
     dropped = y.detach() == 0
     n = dropped.numel()
     sigma = math.sqrt(p * (1 - p) / n)
-    assert abs(dropped.float().mean().item() - p) < 5 * sigma
-    torch.testing.assert_close(y.detach()[~dropped], torch.full((n - int(dropped.sum()),), 1 / (1 - p)).to(dtype))
-    pairs = dropped.view(-1, 2)  # the two int32 halves of one 64-bit word
-    assert abs((pairs[:, 0] & pairs[:, 1]).float().mean().item() - p * p) < 5 * math.sqrt(p * p / (n // 2))
+    assert abs(dropped.float().mean().item() - p) < 5 * sigma + 2 ** -17
+    kept = round((1 - p) * 2 ** 16)
+    assert abs(2 ** 16 / kept * (1 - p) - 1) < 2 ** -16
+    torch.testing.assert_close(y.detach()[~dropped], torch.full((n - int(dropped.sum()),), 2 ** 16 / kept).to(dtype))
+    quarters = dropped.view(-1, 4)  # the four draws of one 64-bit word
+    for i, j in ((0, 1), (1, 2), (2, 3), (0, 3)):
+        both = (quarters[:, i] & quarters[:, j]).float().mean().item()
+        assert abs(both - p * p) < 5 * math.sqrt(p * p / (n // 4))
     y.backward(torch.ones_like(y))
     torch.testing.assert_close(x.grad, y.detach())
 
@@ -291,6 +295,7 @@ def test_dropout_identity_and_reproducible():
 
     x = torch.randn(64, 33)
     assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0, training=True) is x
+    assert dropout(x, 1e-6, training=True) is x  # below the mask's resolution
     assert torch.all(dropout(x, 1.0, training=True) == 0)
     torch.manual_seed(5)
     a = dropout(x, 0.3, training=True)

@@ -27,7 +27,8 @@ left); positions count only non-padding tokens either way and padded keys are ma
 self-attention uses the causal mask only (fairseq also masks padded keys; with right padding no real query can
 see a padded key, so only the outputs at padded positions, which the loss ignores, differ). Attention is
 computed as fairseq computes it, with explicit matmuls (``attend``), except that head_dim^-0.5 scales the
-fp32 scores rather than q (the same values when head_dim is a power of 4, as 64 at both sizes here).
+fp32 scores rather than q (the same values when head_dim is a power of 4, as the Multi30k preset's 64; equal
+up to rounding otherwise, as the paper size's 128).
 
 References: Vaswani et al. 2017; Xiong et al. 2020 (arXiv 2002.04745); fairseq 0.9.0 (github.com/pytorch/fairseq,
 tag v0.9.0); nanoGPT (github.com/karpathy/nanoGPT, model.py).
@@ -180,25 +181,30 @@ class SinusoidalPositions(nn.Module):
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Inverted dropout as ``F.dropout`` (zero with probability ``p``, scale the rest by 1/(1-p)), cheaper mask.
+    """Inverted dropout as ``F.dropout`` (zero with probability ``p``, scale the rest), with a cheaper mask.
 
     On the CPU ``F.dropout`` draws its mask with ``bernoulli_``, about 4.5 ns per element: a tenth of a bf16
-    training step. Here each element gets one 32-bit integer of the default generator (``random_`` filling
-    64-bit words, about 1.2 ns per element) and is kept when it is below a threshold, with probability
-    round((1-p) 2^32) / 2^32, i.e. 1-p to 2^-33. The mask is applied in the input's dtype (multiplying by, or
-    casting, a bool tensor is a scalar loop on the CPU; uint8 casts are vectorized). The same distribution as
-    F.dropout from another random stream; the default generator is seeded and checkpointed, so runs stay
-    reproducible and resumable. Other devices keep ``F.dropout`` (fused there).
+    training step. Here each element gets 16 random bits of the default generator (``random_`` filling 64-bit
+    words, four draws per word: about 0.3 ns per element) and is kept when they are below k = round((1-p) 2^16):
+    dropped with probability 1 - k/2^16, within 2^-17 of p, and the kept values are scaled by 2^16/k, so the
+    output is unbiased exactly (F.dropout scales by 1/(1-p)). The mask is applied in the input's dtype
+    (multiplying by, or casting, a bool tensor is a scalar loop on the CPU; uint8 casts are vectorized). The
+    same function as F.dropout up to that rounding of p, from another random stream; the default generator is
+    seeded and checkpointed, so runs stay reproducible and resumable. Other devices keep ``F.dropout``.
     """
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu":
         return F.dropout(x, p, training=True)
-    words = torch.empty((x.numel() + 1) // 2, dtype=torch.int64, device=x.device).random_(-2 ** 63, None)
-    draws = words.view(torch.int32)[: x.numel()].view(x.shape)  # uniform over [-2^31, 2^31)
-    threshold = min(round((1.0 - p) * 2 ** 32) - 2 ** 31, 2 ** 31 - 1)  # an int32 (p < 2^-33 rounds to 0)
-    keep = (draws < threshold).view(torch.uint8).to(x.dtype)  # bool -> uint8 -> dtype: bool casts are slow
-    return x.mul(keep).mul_(1.0 / (1.0 - p) if p < 1.0 else 0.0)
+    kept = round((1.0 - p) * 2 ** 16)  # of the 2^16 values of a draw
+    if kept == 2 ** 16:  # p < 2^-17
+        return x
+    if kept == 0:  # p > 1 - 2^-17
+        return x * 0.0
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device).random_(-2 ** 63, None)
+    draws = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform over [-2^15, 2^15)
+    keep = (draws < kept - 2 ** 15).view(torch.uint8).to(x.dtype)  # bool -> uint8 -> dtype: bool casts are slow
+    return x.mul(keep).mul_(2 ** 16 / kept)
 
 
 class Dropout(nn.Module):
@@ -225,7 +231,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_pad: torch.Ten
     ``F.scaled_dot_product_attention``: on the CPU its flash kernel's backward is several times slower than
     these matmuls at training shapes (short sentences, head_dim 64), and bf16 softmax kernels are slower than
     fp32 ones on short rows. fairseq scales q before q @ k^T; the scale is applied to the fp32 scores here
-    (exactly equal when head_dim is a power of 4, as 64; otherwise equal up to rounding).
+    (exactly equal when head_dim is a power of 4, e.g. 64; otherwise equal up to rounding).
     ``causal``: query i (of the last T of S positions) sees keys 0..i + S - T (incremental decoding included).
     """
     tq, tk = q.size(-2), k.size(-2)
