@@ -33,38 +33,16 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from lnrepro.model import ModelConfig, Transformer, sinusoidal_table
+from lnrepro.bench.reference import ReferenceTransformer  # the one 'what a user would write' model
+from lnrepro.model import ModelConfig, Transformer
 from lnrepro.train.batching import batch_by_size, collate, read_ids
 from lnrepro.train.loss import label_smoothed_nll_loss
 from lnrepro.vocab import EOS, PAD
 
 VARIANTS = ("project-fp32", "project-bf16", "reference-fp32", "reference-bf16")
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # src, prev, target
-
-
-class Reference(nn.Module):
-    """torch.nn.Transformer (Pre-LN) with embeddings, positions and a tied output projection, as a user writes it."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        d = cfg.d_model
-        self.scale = math.sqrt(d)
-        self.src_embed = nn.Embedding(cfg.vocab_size, d, padding_idx=PAD)
-        self.tgt_embed = nn.Embedding(cfg.vocab_size, d, padding_idx=PAD)
-        self.register_buffer("pos", sinusoidal_table(cfg.max_positions, d), persistent=False)
-        self.core = nn.Transformer(d, cfg.heads, cfg.encoder_layers, cfg.decoder_layers, cfg.ffn_dim, cfg.dropout,
-                                   batch_first=True, norm_first=True)
-
-    def forward(self, src: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-        x = self.src_embed(src) * self.scale + self.pos[: src.size(1)]
-        y = self.tgt_embed(prev) * self.scale + self.pos[: prev.size(1)]
-        causal = nn.Transformer.generate_square_subsequent_mask(prev.size(1))
-        h = self.core(x, y, tgt_mask=causal, tgt_is_causal=True, src_key_padding_mask=src.eq(PAD),
-                      memory_key_padding_mask=src.eq(PAD), tgt_key_padding_mask=prev.eq(PAD))
-        return F.linear(h, self.tgt_embed.weight)
 
 
 def autocast(precision: str) -> contextlib.AbstractContextManager:
@@ -75,7 +53,7 @@ def make_step(variant: str, cfg: ModelConfig) -> Callable[[Batch], None]:
     """One full update of ``variant`` (a name in VARIANTS) on a batch; the model is built under seed 0."""
     kind, precision = variant.split("-")
     torch.manual_seed(0)
-    model = (Transformer(cfg) if kind == "project" else Reference(cfg)).train()
+    model = (Transformer(cfg) if kind == "project" else ReferenceTransformer(cfg)).train()
     # The project's optimizer as loop.py builds it (fused); the reference's as a user writes it (default).
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=1e-4,
                             fused=kind == "project")
