@@ -13,12 +13,18 @@ The uncached decoder (``cached=False`` in lnrepro.evaluate.search) re-runs the d
 prefix at every step, as an implementation without incremental state would; it is timed on the first
 ``--uncached-n`` sentences (it is slow) together with the cached decoder on the same sentences, and the
 two outputs are compared token for token. Prints one JSON object (and writes it to ``--out`` if given).
+
+Every timing is given as wall-clock seconds and as the CPU seconds of this process (``cpu_s``), which
+other jobs on a shared machine inflate much less. ``outputs_sha256`` is a digest of the decoded ids: to
+compare two versions of the decoder (before/after a change), run the benchmark at both commits and compare
+the digests and times.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import sys
 import time
@@ -31,13 +37,18 @@ from lnrepro.io import atomic_write_json, where_ran
 
 
 def _timed(fn):
+    """fn()'s result, wall-clock seconds and CPU seconds of this process."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     out = fn()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    return out, time.perf_counter() - t
+    return out, time.perf_counter() - t, time.process_time() - c
+
+
+def _digest(outputs: list[list[int]]) -> str:
+    return hashlib.sha256(json.dumps(outputs).encode()).hexdigest()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,15 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         "precision": {},
     }
     for prec in a.precisions:
-        out, dt = _timed(lambda: translate(model, seqs, dataclasses.replace(opts, precision=prec), progress))
-        res["precision"][prec] = {"decode_s": dt, "sent_per_s": len(seqs) / dt,
+        out, dt, cpu = _timed(lambda: translate(model, seqs, dataclasses.replace(opts, precision=prec), progress))
+        res["precision"][prec] = {"decode_s": dt, "cpu_s": cpu, "sent_per_s": len(seqs) / dt,
                                   "out_tokens_per_s": sum(len(o) + 1 for o in out) / dt,
-                                  "mean_out_len": sum(len(o) for o in out) / len(out)}
-        print(f"{prec}: {len(seqs) / dt:.2f} sentences/s ({dt:.1f} s)", file=sys.stderr)
+                                  "mean_out_len": sum(len(o) for o in out) / len(out), "outputs_sha256": _digest(out)}
+        print(f"{prec}: {len(seqs) / dt:.2f} sentences/s ({dt:.1f} s, {cpu:.1f} CPU s)", file=sys.stderr)
     if a.uncached_n:
         sub = seqs[: a.uncached_n]
-        cached, t_c = _timed(lambda: translate(model, sub, opts, progress))
-        uncached, t_u = _timed(lambda: translate(model, sub, dataclasses.replace(opts, cached=False), progress))
+        cached, t_c, _ = _timed(lambda: translate(model, sub, opts, progress))
+        uncached, t_u, _ = _timed(lambda: translate(model, sub, dataclasses.replace(opts, cached=False), progress))
         res["cache"] = {"sentences": len(sub), "cached_s": t_c, "uncached_s": t_u, "speedup": t_u / t_c,
                         "cached_sent_per_s": len(sub) / t_c, "uncached_sent_per_s": len(sub) / t_u,
                         "identical_outputs": cached == uncached}

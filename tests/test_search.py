@@ -174,6 +174,19 @@ def test_max_len_forces_eos_and_min_len_bans_it():
     assert beam_search(eos_first, src_of(2), DecodeOptions(beam=2))[0].tokens == [B]
 
 
+def test_nan_rows_become_minus_inf():
+    """fairseq turns NaN log-probabilities into -inf (one NaN logit makes its whole row NaN): a hypothesis
+    with a NaN next-token distribution is never extended with a finite score, and decoding still ends."""
+    table = torch.full((6, 6), NEG)
+    table[EOS, A], table[EOS, B], table[A, EOS] = math.log(0.4), math.log(0.6), 0.0
+    table[B] = float("nan")
+    model = TableModel(table)
+    best = beam_search(model, src_of(2), DecodeOptions(beam=2, max_len_b=4))[0]
+    assert best.tokens == [A] and best.score == pytest.approx(math.log(0.4) / 2)
+    # greedy follows B into the NaN row; every continuation is -inf, so it stops at the length limit
+    assert greedy(model, src_of(2), DecodeOptions(max_len_b=4)) == [[B, BOS, BOS, BOS]]
+
+
 def test_pad_never_generated():
     table = torch.zeros(6, 6)
     table[:, PAD] = 10.0  # PAD is by far the most probable token everywhere
@@ -283,6 +296,38 @@ def test_real_model_cached_equals_uncached(norm):
     for na, nb in zip(a, b):
         assert [h.score for h in na] == pytest.approx([h.score for h in nb], abs=1e-4)
     assert greedy(m, src, DecodeOptions(max_len_b=12)) == greedy(m, src, DecodeOptions(max_len_b=12, cached=False))
+
+
+class ModelWithItsCache:
+    """The real model behind the generic interface: the search then uses the model's own KVCache (reorder)
+    instead of its row cache."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def encode(self, src):
+        return self.model.encode(src)
+
+    def decode(self, prev, enc, cache=None):
+        return self.model.decode(prev, enc, cache)
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_row_cache_equals_model_cache(norm):
+    """The search's row cache (rows copied only when their hypothesis changes) gives exactly the results of
+    the model's KVCache reordered every step."""
+    m = _tiny_model(norm)
+    src = _real_src()
+    for beam in (1, 3):
+        opts = DecodeOptions(beam=beam, lenpen=1.2, max_len_b=12)
+        rows = beam_search_nbest(m, src, opts)
+        model_cache = beam_search_nbest(ModelWithItsCache(m), src, opts)
+        assert [[(h.tokens, h.score, h.positional_scores) for h in n] for n in rows] == \
+            [[(h.tokens, h.score, h.positional_scores) for h in n] for n in model_cache]
+    assert greedy(m, src, DecodeOptions(max_len_b=12)) == greedy(ModelWithItsCache(m), src, DecodeOptions(max_len_b=12))
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])

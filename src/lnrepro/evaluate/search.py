@@ -18,7 +18,7 @@ the number of target tokens already generated):
 * a finalized hypothesis' score is its summed log-probability, EOS included, divided by
   ``(step + 1) ** lenpen`` (its length counting EOS);
 * a sentence is finished once it holds ``beam`` finalized hypotheses or reaches ``max_len``; it then
-  leaves the batch (the cache and encoder output are index-selected with the surviving rows);
+  leaves the batch;
 * the ``beam`` best non-EOS candidates (fairseq's ``active_mask`` / blacklist logic) continue;
 * finalized hypotheses are sorted by score, descending, with a stable sort, and the first is returned.
 
@@ -30,6 +30,13 @@ Documented deviation: fairseq's ``src_len`` is the padded width of the batch, so
 its output depends on how sentences are batched. Here ``src_len`` is each sentence's own length
 (EOS included), which equals fairseq with one sentence per batch and makes results batch-independent.
 With the defaults (a = 0, b = 200) both are identical.
+
+What differs from fairseq's code, not its results (scoring spends its time here): each hypothesis keeps
+one row of buffers allocated once per batch (decoder input, cumulative scores, and for the project's
+Transformer the keys/values, ``_RowCache``), and only rows whose hypothesis changes are copied (fairseq
+index-selects its whole incremental state every step); step 0 runs the decoder on one row per sentence
+instead of ``beam`` identical ones; fairseq's NaN -> -inf pass over all log-probabilities is replaced by a
+check of the selected values (``_nan_free``).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..model.transformer import EncoderOut, Transformer
 from ..vocab import EOS, PAD, UNK
 
 __all__ = ["DecodeOptions", "Hyp", "greedy", "beam_search", "beam_search_nbest", "translate", "pad_batch",
@@ -128,40 +136,157 @@ def _reorder(obj: Any, index: Tensor) -> Any:
     return obj if out is None else out
 
 
-def _topk_stable(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """``torch.topk`` along dim 1 with ties broken by the lower index, for reproducible beams.
+# ----------------------------------------------------------------------------------------------- rows
+#
+# Every hypothesis of a batch owns one row of buffers allocated once per batch (decoder input, cumulative
+# scores, the key/value cache). fairseq index-selects every row of its incremental state at every step
+# (``reorder_incremental_state``); here, when a sentence's beams are reordered, only the rows whose hypothesis
+# is replaced are overwritten (``_assign_rows``), and a finished sentence's rows are refilled with the last
+# sentence's (``_fill_holes``). The values every row holds are the same as fairseq's.
 
-    Uses topk (fast) and falls back to a stable sort only for rows where a tie straddles the k-th place
-    (for example the -inf candidates at the forced-EOS step).
+
+class _LayerRows:
+    """One decoder layer's keys/values in row buffers: the interface of ``lnrepro.model``'s ``LayerCache``."""
+
+    def __init__(self, cache: "_RowCache") -> None:
+        self.cache = cache
+        self.self_kv: tuple[Tensor, Tensor] | None = None  # [allocated rows, heads, capacity, head_dim] each
+        self.encoder_kv: tuple[Tensor, Tensor] | None = None  # [rows, heads, src_len, head_dim] each
+
+    def self_attention(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write this step's keys/values in place and return views of all positions so far."""
+        n, start, end = k.size(0), self.cache.length, self.cache.length + k.size(2)
+        if self.self_kv is None:  # head shape and dtype (bf16 under autocast) are known at the first call
+            shape = (self.cache.allocated, k.size(1), self.cache.capacity, k.size(3))
+            self.self_kv = (k.new_empty(shape), v.new_empty(shape))
+        kb, vb = self.self_kv
+        kb[:n, :, start:end] = k
+        vb[:n, :, start:end] = v
+        return kb[:n, :, :end], vb[:n, :, :end]
+
+    def encoder_attention(self, compute_kv: Any) -> tuple[Tensor, Tensor]:
+        """The encoder output's keys/values, computed once (fairseq's static_kv) and stored contiguous, so
+        that no step's attention copies them."""
+        if self.encoder_kv is None:
+            k, v = compute_kv()
+            self.encoder_kv = (k.contiguous(), v.contiguous())
+        n = self.cache.rows
+        return self.encoder_kv[0][:n], self.encoder_kv[1][:n]
+
+    def move(self, dst: Tensor, src: Tensor, encoder: bool) -> None:
+        for buf in self.self_kv or ():
+            self.cache.copy_rows(buf[:, :, : self.cache.length], dst, src)
+        if encoder:
+            for buf in self.encoder_kv or ():
+                self.cache.copy_rows(buf, dst, src)
+
+    def reorder(self, index: Tensor) -> None:
+        if self.self_kv is not None:
+            for buf in self.self_kv:
+                view = buf[:, :, : self.cache.length]
+                view[: index.numel()] = view[index]
+        if self.encoder_kv is not None:
+            self.encoder_kv = (self.encoder_kv[0].index_select(0, index), self.encoder_kv[1].index_select(0, index))
+
+
+class _RowCache:
+    """The Transformer's incremental state for the search: ``length`` positions of the first ``rows`` rows.
+
+    Implements what ``Transformer.decode`` uses of ``lnrepro.model``'s ``KVCache`` (``length``,
+    ``layers[i].self_attention``, ``layers[i].encoder_attention``) with buffers of ``allocated`` rows and
+    ``capacity`` positions, so that no step concatenates or index-selects the whole cache.
     """
-    vals, idx = torch.topk(x, k, dim=1)
-    kth = vals[:, -1:]
-    straddle = x.eq(kth).sum(dim=1) > vals.eq(kth).sum(dim=1)
-    if straddle.any():
-        rows = straddle.nonzero().squeeze(1)
-        sv, si = torch.sort(x[rows], dim=1, descending=True, stable=True)
-        vals[rows], idx[rows] = sv[:, :k], si[:, :k]
-    # order the k chosen ones by (value desc, index asc)
-    idx, perm = torch.sort(idx, dim=1)
-    vals = vals.gather(1, perm)
-    vals, perm = torch.sort(vals, dim=1, descending=True, stable=True)
-    idx = idx.gather(1, perm)
-    return vals, idx
+
+    def __init__(self, num_layers: int, rows: int, allocated: int, capacity: int) -> None:
+        self.layers = [_LayerRows(self) for _ in range(num_layers)]
+        self.length = 0
+        self.rows, self.allocated, self.capacity = rows, allocated, capacity
+        self.scratch: Tensor | None = None  # holds the rows being copied (copy_rows)
+
+    def copy_rows(self, x: Tensor, dst: Tensor, src: Tensor) -> None:
+        """x[dst] = x[src] through a scratch buffer allocated once: advanced indexing on these strided views
+        is several times slower, and a fresh temporary each time costs page faults."""
+        shape = (src.numel(), *x.shape[1:])
+        size = src.numel() * x[0].numel()
+        if self.scratch is None or self.scratch.numel() < size or self.scratch.dtype != x.dtype:
+            grown = 2 * self.scratch.numel() if self.scratch is not None else 0  # positions grow step by step
+            self.scratch = x.new_empty(max(size, grown, self.allocated * x[0].numel()))
+        rows = self.scratch[:size].view(shape)
+        torch.index_select(x, 0, src, out=rows)
+        x.index_copy_(0, dst, rows)
+
+    def move(self, dst: Tensor, src: Tensor, rows: int, encoder: bool = True) -> None:
+        """Copy rows ``src`` to rows ``dst``, then keep the first ``rows`` rows; ``encoder`` False leaves the
+        encoder keys/values alone (moves within a sentence, whose rows share them)."""
+        if dst.numel():
+            for layer in self.layers:
+                layer.move(dst, src, encoder)
+        self.rows = rows
+
+    def reorder(self, index: Tensor) -> "_RowCache":
+        """Row i becomes row ``index[i]`` (the KVCache interface; used to repeat each sentence beam times)."""
+        for layer in self.layers:
+            layer.reorder(index)
+        self.rows = index.numel()
+        return self
 
 
-def _lprobs(model: Any, tokens: Tensor, enc: Any, cache: Any | None) -> Tensor:
-    """Float32 log-probabilities of the next token for every row of ``tokens`` [N, t]."""
+def _new_cache(model: Any, rows: int, allocated: int, capacity: int, opts: DecodeOptions) -> Any:
+    """The row cache for the project's Transformer; any other model (the tests' stand-ins) its own cache."""
+    if not opts.cached:
+        return None
+    if isinstance(model, Transformer):
+        return _RowCache(len(model.decoder_layers), rows, allocated, capacity)
+    return model.new_cache()
+
+
+def _move(obj: Any, dst: Tensor, src: Tensor, rows: int, encoder: bool = True) -> Any:
+    """Rows ``dst`` <- rows ``src`` (disjoint sets), then the first ``rows`` rows; returns the moved object.
+
+    The row cache and the model's EncoderOut are updated in place (only the moved rows are copied); other
+    objects through their ``reorder(index)``. ``encoder`` False: the moves stay within sentences, whose rows
+    share the encoder-side state, and the row cache leaves it alone.
+    """
+    if obj is None:
+        return None
+    if isinstance(obj, _RowCache):
+        obj.move(dst, src, rows, encoder)
+        return obj
+    if isinstance(obj, EncoderOut):
+        obj.out[dst], obj.pad_mask[dst] = obj.out[src], obj.pad_mask[src]
+        return EncoderOut(obj.out[:rows], obj.pad_mask[:rows])
+    index = torch.arange(rows, device=dst.device)
+    index[dst] = src
+    return _reorder(obj, index)
+
+
+def _lprobs(model: Any, tokens: Tensor, step: int, enc: Any, cache: Any | None) -> Tensor:
+    """Float32 log-probabilities [n, V] of the next token after ``tokens[:, : step + 1]`` for every row.
+
+    fairseq turns NaN into -inf here (``lprobs[lprobs != lprobs] = -inf``); that pass over [n, V] is left
+    to the selection functions, which look for NaN among the few values they select (``_nan_free``).
+    """
     if cache is not None:
-        logits = model.decode(tokens[:, -1:], enc, cache)  # the cache holds the earlier positions
+        logits = model.decode(tokens[:, step : step + 1], enc, cache)  # the cache holds the earlier positions
     else:
-        logits = model.decode(tokens, enc)  # uncached: re-run the whole prefix every step
-    lprobs = F.log_softmax(logits[:, -1, :].float(), dim=-1)
-    # fairseq: lprobs[lprobs != lprobs] = -inf (one pass; infinities kept as they are)
-    return torch.nan_to_num(lprobs, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
+        logits = model.decode(tokens[:, : step + 1], enc)  # uncached: re-run the whole prefix every step
+    return F.log_softmax(logits[:, -1, :].float(), dim=-1)
+
+
+def _nan_free(x: Tensor, selected: Tensor) -> bool:
+    """True if ``x`` holds no NaN, judged from values selected by topk/argmax (which rank NaN first);
+    otherwise NaN is replaced by -inf in place, as fairseq does, and the caller selects again."""
+    if not torch.isnan(selected).any():
+        return True
+    torch.nan_to_num_(x, nan=-math.inf, posinf=math.inf, neginf=-math.inf)
+    return False
 
 
 def _constrain(lprobs: Tensor, step: int, max_len: Tensor, opts: DecodeOptions) -> Tensor:
-    """Apply fairseq's per-step constraints: no PAD, UNK penalty, min length, EOS forced at max length."""
+    """Apply fairseq's per-step constraints: no PAD, UNK penalty, min length, EOS forced at max length.
+
+    They commute with fairseq's NaN -> -inf, which is therefore applied later (``_nan_free``).
+    """
     lprobs[:, PAD] = -math.inf
     if opts.unk_penalty:
         lprobs[:, UNK] -= opts.unk_penalty
@@ -175,6 +300,62 @@ def _constrain(lprobs: Tensor, step: int, max_len: Tensor, opts: DecodeOptions) 
     return lprobs
 
 
+def _topk_stable(x: Tensor, k: int, perm: Tensor) -> tuple[Tensor, Tensor]:
+    """The ``k`` best of each row of ``x`` [bsz, nb * V], ordered by (value desc, logical index asc).
+
+    ``x`` holds ``nb`` beams of V scores in row order; ``perm[b, j]`` is the row (within the sentence) of
+    logical beam ``j``, and the logical index of an entry is ``j * V + token``. Ties are broken by the lower
+    logical index for reproducible beams (fairseq leaves them to ``torch.topk``). The top ``k + 1`` are
+    taken, so a tie straddling the k-th place shows as equal k-th and (k+1)-th values; only in such rows
+    (the -inf candidates at the forced-EOS step; equal bf16 logits) are the tied entries chosen again, the
+    ones with the lowest logical indices.
+    """
+    bsz, nb = perm.shape
+    V = x.size(1) // nb
+    vals, idx = torch.topk(x, k + 1, dim=1)
+    if not _nan_free(x, vals):
+        vals, idx = torch.topk(x, k + 1, dim=1)
+    row = torch.div(idx, V, rounding_mode="floor")
+    inv = torch.empty_like(perm).scatter_(1, perm, torch.arange(nb, device=x.device).expand(bsz, nb))
+    idx = inv.gather(1, row) * V + (idx - row * V)
+    straddle = vals[:, k - 1] == vals[:, k]
+    vals, idx = vals[:, :k], idx[:, :k]
+    if straddle.any():
+        rows = straddle.nonzero().squeeze(1)
+        n = rows.numel()
+        logical = x.view(bsz, nb, V)[rows].gather(1, perm[rows].unsqueeze(2).expand(-1, -1, V)).view(n, nb * V)
+        kth = vals[rows, k - 1 : k]
+        above, tied = logical > kth, logical == kth
+        # all entries above the k-th value, then the tied ones in logical order until there are k
+        take = above | (tied & (tied.cumsum(1) <= k - above.sum(1, keepdim=True)))
+        idx[rows] = take.nonzero()[:, 1].view(n, k)
+        vals[rows] = logical.gather(1, idx[rows])
+    # order the k chosen ones by (value desc, index asc)
+    idx, order = torch.sort(idx, dim=1)
+    vals = vals.gather(1, order)
+    vals, order = torch.sort(vals, dim=1, descending=True, stable=True)
+    return vals, idx.gather(1, order)
+
+
+def _block_rows(blocks: Tensor, width: int) -> Tensor:
+    """The rows of the given sentence blocks of ``width`` rows each, block by block."""
+    return (blocks.unsqueeze(1) * width + torch.arange(width, device=blocks.device)).view(-1)
+
+
+def _fill_holes(alive: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Compact the blocks where ``alive`` [bsz] is True into the first ones, moving as few as possible.
+
+    Returns ``order`` (new block i is old block ``order[i]``) and the ``holes`` (dead blocks among the first
+    ``alive.sum()``) that receive the ``fillers`` (live blocks after them), in pairs.
+    """
+    n = int(alive.sum())
+    holes = (~alive[:n]).nonzero().squeeze(1)
+    fillers = alive[n:].nonzero().squeeze(1) + n
+    order = torch.arange(n, device=alive.device)
+    order[holes] = fillers
+    return order, holes, fillers
+
+
 # ----------------------------------------------------------------------------------------------- greedy
 
 
@@ -182,27 +363,29 @@ def _constrain(lprobs: Tensor, step: int, max_len: Tensor, opts: DecodeOptions) 
 def greedy(model: Any, src_batch: Tensor, opts: DecodeOptions = DecodeOptions()) -> list[list[int]]:
     """Argmax decoding with the KV cache: fairseq beam 1 (same constraints), tokens without the final EOS."""
     bsz = src_batch.size(0)
-    device = src_batch.device
     max_len = max_lengths(model, src_batch, opts)
     enc = model.encode(src_batch)
-    cache = model.new_cache() if opts.cached else None
-    tokens = torch.full((bsz, 1), EOS, dtype=torch.long, device=device)
-    alive = torch.arange(bsz, device=device)  # original sentence index of each row
+    cache = _new_cache(model, bsz, bsz, int(max_len.max()) + 1, opts)
+    tokens = torch.full((bsz, int(max_len.max()) + 2), EOS, dtype=torch.long, device=src_batch.device)
+    alive = torch.arange(bsz, device=src_batch.device)  # original sentence index of each row
     out: list[list[int]] = [[] for _ in range(bsz)]
     step = 0
     while alive.numel() > 0:
-        lprobs = _constrain(_lprobs(model, tokens, enc, cache), step, max_len[alive], opts)
+        lprobs = _constrain(_lprobs(model, tokens[: alive.numel()], step, enc, cache), step, max_len[alive], opts)
         nxt = lprobs.argmax(dim=1)  # first maximal index on ties, like _topk_stable
-        done = nxt.eq(EOS)
+        if not _nan_free(lprobs, lprobs.gather(1, nxt.unsqueeze(1))):
+            nxt = lprobs.argmax(dim=1)
+        # Robustness beyond fairseq, as in _finalize: at its maximum length a sentence is finished even when
+        # EOS has probability 0 there (every token -inf), instead of decoding on without end.
+        done = nxt.eq(EOS) | (step >= max_len[alive])
         for row in done.nonzero().squeeze(1).tolist():
-            out[int(alive[row])] = tokens[row, 1:].tolist()
-        keep = (~done).nonzero().squeeze(1)
-        if keep.numel() < done.numel():  # drop finished sentences from the batch
-            enc = _reorder(enc, keep)
-            if cache is not None:
-                cache = _reorder(cache, keep)
-            tokens, alive, nxt = tokens[keep], alive[keep], nxt[keep]
-        tokens = torch.cat([tokens, nxt.unsqueeze(1)], dim=1)
+            out[int(alive[row])] = tokens[row, 1 : step + 1].tolist()
+        tokens[: alive.numel(), step + 1] = nxt
+        if done.any():  # finished sentences leave the batch: the last rows fill their places
+            order, holes, fillers = _fill_holes(~done)
+            tokens[holes, : step + 2] = tokens[fillers, : step + 2]
+            alive = alive[order]
+            enc, cache = _move(enc, holes, fillers, alive.numel()), _move(cache, holes, fillers, alive.numel())
         step += 1
     return out
 
@@ -213,26 +396,29 @@ def greedy(model: Any, src_batch: Tensor, opts: DecodeOptions = DecodeOptions())
 # variables. Here the state is a ``_Beams`` object and each part of the loop body is a function:
 # ``_expand`` (the decoder call, the constraints and fairseq/search.py ``BeamSearch.step``), ``_finalize``
 # (``finalize_hypos`` and ``is_finished``), ``_prune`` (the ``batch_idxs`` block that drops finished
-# sentences) and ``_advance`` (``active_mask`` / ``active_hypos``, the new blacklist and the reorder of the
-# incremental state and encoder output).
+# sentences) and ``_advance`` (``active_mask`` / ``active_hypos``, the new blacklist, and the reorder of the
+# incremental state, here as row moves).
 
 
 @dataclass
 class _Beams:
     """The search state of the sentences still being decoded, ``beam`` rows each (fairseq's loop variables).
 
-    Row ``i * beam + j`` is hypothesis ``j`` of active sentence ``i``; ``tokens`` is the decoder input (EOS,
-    then the ``step`` tokens generated so far) and ``cum`` the cumulative score after each generated token.
-    ``blacklist`` marks the candidate slots, among the first ``beam``, whose hypotheses were finalized
-    (fairseq: an EOS hypothesis can be kept as a beam when too few others remain; it is never finalized again).
+    Sentence ``i`` owns rows ``i * beam ... i * beam + beam - 1`` of the buffers; its logical beam ``j`` (the
+    rank fairseq's hypothesis ``i * beam + j`` has) lives in row ``i * beam + perm[i, j]``. ``tokens[r, :step +
+    1]`` is row r's decoder input (EOS, then the tokens generated so far) and ``cum[r, :step + 1]`` the
+    cumulative score before and after each generated token (``cum[r, 0] = 0``). ``blacklist`` marks the
+    candidate slots, among the first ``beam``, whose hypotheses were finalized (fairseq: an EOS hypothesis can
+    be kept as a beam when too few others remain; it is never finalized again).
     """
 
     sent: Tensor  # [bsz] original index of each active sentence
     max_len: Tensor  # [bsz] its maximum length (max_lengths)
-    tokens: Tensor  # [bsz * beam, step + 1]
-    cum: Tensor  # [bsz * beam, step + 1]; column 0 is a zero, the score before any token
+    perm: Tensor  # [bsz, beam] row within the sentence's block of each logical beam
     blacklist: Tensor  # [bsz, beam]
-    enc: Any
+    tokens: Tensor  # [bsz0 * beam, max_len + 2], bsz0 the batch's sentences
+    cum: Tensor  # [bsz0 * beam, max_len + 2]
+    enc: Any  # the encoder output, one row per hypothesis (one per sentence until step 0 has run)
     cache: Any | None
     step: int = 0
 
@@ -243,23 +429,27 @@ class _Candidates:
 
     scores: Tensor  # [bsz, k] cumulative scores
     tokens: Tensor  # [bsz, k] token ids
-    rows: Tensor  # [bsz, k] the rows of _Beams they extend (fairseq's cand_bbsz_idx)
+    parents: Tensor  # [bsz, k] row within the block of the hypothesis each extends (fairseq's cand_beams)
     eos: Tensor  # [bsz, k] ends in EOS with a finite score (fairseq's eos_mask)
+
+    def select(self, index: Tensor) -> "_Candidates":
+        return _Candidates(self.scores[index], self.tokens[index], self.parents[index], self.eos[index])
 
 
 def _start(model: Any, src: Tensor, opts: DecodeOptions) -> _Beams:
-    """Encode, repeat each sentence ``beam`` times, and start every hypothesis with EOS (fairseq's tokens[:, 0])."""
+    """Encode and start every hypothesis with EOS (fairseq's tokens[:, 0])."""
     bsz, beam, device = src.size(0), opts.beam, src.device
     max_len = max_lengths(model, src, opts)
-    enc = _reorder(model.encode(src), torch.arange(bsz, device=device).repeat_interleave(beam))
+    width = int(max_len.max()) + 2  # EOS, up to max_len tokens, and the forced EOS
     return _Beams(
         sent=torch.arange(bsz, device=device),
         max_len=max_len,
-        tokens=torch.full((bsz * beam, 1), EOS, dtype=torch.long, device=device),
-        cum=torch.zeros(bsz * beam, 1, device=device),
+        perm=torch.arange(beam, device=device).expand(bsz, beam).contiguous(),
         blacklist=torch.zeros(bsz, beam, dtype=torch.bool, device=device),
-        enc=enc,
-        cache=model.new_cache() if opts.cached else None,
+        tokens=torch.full((bsz * beam, width), EOS, dtype=torch.long, device=device),
+        cum=torch.zeros(bsz * beam, width, device=device),
+        enc=model.encode(src),  # one row per sentence until the first step has run (_expand)
+        cache=_new_cache(model, bsz, bsz * beam, width - 1, opts),
     )
 
 
@@ -268,23 +458,28 @@ def _expand(model: Any, st: _Beams, opts: DecodeOptions) -> _Candidates:
 
     fairseq/search.py ``BeamSearch.step``: at step 0 only the first beam is expanded (all are identical);
     afterwards the cumulative score is added and the top candidates over beam x vocabulary are taken, at most
-    ``width - 1`` ("-1 so we never select pad").
+    ``width - 1`` ("-1 so we never select pad"). Step 0 runs the decoder on one row per sentence (fairseq
+    runs all ``beam`` identical copies); its cache and the encoder output are then repeated ``beam`` times.
     """
-    bsz, beam = st.sent.numel(), opts.beam
-    lprobs = _lprobs(model, st.tokens, st.enc, st.cache)
+    bsz, beam, step = st.sent.numel(), opts.beam, st.step
+    rows = bsz if step == 0 else bsz * beam
+    lprobs = _lprobs(model, st.tokens[:rows], step, st.enc, st.cache)
     V = lprobs.size(1)
-    if st.step == 0 and beam > V - 1:
-        # fairseq: "the max beam size is the dictionary size - 1, since we never select pad"
-        raise ValueError(f"beam {beam} is larger than the vocabulary size - 1 ({V - 1})")
-    lprobs = _constrain(lprobs, st.step, st.max_len.repeat_interleave(beam), opts).view(bsz, beam, V)
-    if st.step == 0:
-        flat = lprobs[:, 0, :]
-    else:
-        flat = (lprobs + st.cum[:, -1].view(bsz, beam, 1)).view(bsz, beam * V)
-    scores, idx = _topk_stable(flat, min(2 * beam, flat.size(1) - 1))
+    if step == 0:
+        if beam > V - 1:  # fairseq: "the max beam size is the dictionary size - 1, since we never select pad"
+            raise ValueError(f"beam {beam} is larger than the vocabulary size - 1 ({V - 1})")
+        repeat = torch.arange(bsz, device=lprobs.device).repeat_interleave(beam)
+        st.enc = _reorder(st.enc, repeat)
+        if st.cache is not None:
+            st.cache = _reorder(st.cache, repeat)
+        flat, perm = _constrain(lprobs, step, st.max_len, opts), st.perm[:, :1]
+    else:  # fairseq adds the scores in place too (lprobs.add_)
+        lprobs = _constrain(lprobs, step, st.max_len.repeat_interleave(beam), opts)
+        flat, perm = lprobs.add_(st.cum[:rows, step : step + 1]).view(bsz, beam * V), st.perm
+    scores, idx = _topk_stable(flat, min(2 * beam, flat.size(1) - 1), perm)
     tokens = idx.fmod(V)
-    rows = torch.div(idx, V, rounding_mode="floor") + (torch.arange(bsz, device=st.tokens.device) * beam).unsqueeze(1)
-    return _Candidates(scores, tokens, rows, tokens.eq(EOS) & scores.ne(-math.inf))
+    parents = st.perm.gather(1, torch.div(idx, V, rounding_mode="floor"))
+    return _Candidates(scores, tokens, parents, tokens.eq(EOS) & scores.ne(-math.inf))
 
 
 def _finalize(st: _Beams, cands: _Candidates, opts: DecodeOptions, finalized: list[list[Hyp]]) -> list[int]:
@@ -301,11 +496,11 @@ def _finalize(st: _Beams, cands: _Candidates, opts: DecodeOptions, finalized: li
     if eos_top.any():
         sents_seen: list[int] = []
         b_idx, c_idx = eos_top.nonzero(as_tuple=True)  # row-major: sentence, then candidate order
-        rows = cands.rows[b_idx, c_idx]
+        rows = b_idx * beam + cands.parents[b_idx, c_idx]
         scores = cands.scores[b_idx, c_idx]
-        hist = torch.cat([st.cum[rows], scores.unsqueeze(1)], dim=1)  # cumulative, [n, step + 2]
+        hist = torch.cat([st.cum[rows, : step + 1], scores.unsqueeze(1)], dim=1)  # cumulative, [n, step + 2]
         pos = (hist[:, 1:] - hist[:, :-1]).tolist()
-        toks = st.tokens[rows, 1:].tolist()
+        toks = st.tokens[rows, 1 : step + 1].tolist()
         norm = (step + 1) ** opts.lenpen
         for j, (b, s) in enumerate(zip(b_idx.tolist(), scores.tolist())):
             orig = int(st.sent[b])
@@ -324,26 +519,49 @@ def _finalize(st: _Beams, cands: _Candidates, opts: DecodeOptions, finalized: li
     return finished
 
 
-def _prune(st: _Beams, cands: _Candidates, finished: list[int]) -> tuple[_Beams, _Candidates]:
+def _prune(st: _Beams, cands: _Candidates, finished: list[int], beam: int) -> _Candidates:
     """Drop the finished sentences from the search and from the candidates (fairseq's ``batch_idxs``).
 
-    Only the per-sentence tensors are selected here; the rows of ``tokens``, ``cum``, the cache and the encoder
-    output are selected by ``_advance``, whose ``cands.rows`` name only surviving rows.
+    The last sentences' rows move into the finished ones' (sentence order does not matter to the search);
+    returns the candidates of the remaining sentences.
     """
-    keep_mask = torch.ones(st.sent.numel(), dtype=torch.bool, device=st.sent.device)
-    keep_mask[finished] = False
-    keep = keep_mask.nonzero().squeeze(1)
-    st.sent, st.max_len, st.blacklist = st.sent[keep], st.max_len[keep], st.blacklist[keep]
-    return st, _Candidates(cands.scores[keep], cands.tokens[keep], cands.rows[keep], cands.eos[keep])
+    alive = torch.ones(st.sent.numel(), dtype=torch.bool, device=st.sent.device)
+    alive[finished] = False
+    order, holes, fillers = _fill_holes(alive)
+    dst, src = _block_rows(holes, beam), _block_rows(fillers, beam)
+    st.sent, st.max_len, st.perm, st.blacklist = st.sent[order], st.max_len[order], st.perm[order], st.blacklist[order]
+    positions = st.step + 1
+    st.tokens[dst, :positions], st.cum[dst, :positions] = st.tokens[src, :positions], st.cum[src, :positions]
+    rows = order.numel() * beam
+    st.enc, st.cache = _move(st.enc, dst, src, rows), _move(st.cache, dst, src, rows)
+    return cands.select(order)
+
+
+def _assign_rows(parents: Tensor) -> tuple[Tensor, Tensor]:
+    """Rows for the new beams of each sentence, given the row each extends: ``parents`` [bsz, beam].
+
+    The first new beam (in rank order) extending a row takes that row over; the other ones take, in rank
+    order, the rows of hypotheses nobody extends (lowest first). Returns the new beams' rows [bsz, beam] and
+    a mask of those that must copy their parent's row.
+    """
+    bsz, beam = parents.shape
+    same = parents.unsqueeze(2) == parents.unsqueeze(1)  # [bsz, j, j']
+    first = ~(same & torch.ones(beam, beam, dtype=torch.bool, device=parents.device).tril(-1)).any(2)
+    taken = ((parents.unsqueeze(2) == torch.arange(beam, device=parents.device)) & first.unsqueeze(2)).any(1)
+    free = torch.sort(taken.to(torch.uint8), dim=1, stable=True).indices  # rows nobody extends first
+    rank = (~first).long().cumsum(1) - 1
+    rows = torch.where(first, parents, free.gather(1, rank.clamp(min=0)))
+    return rows, ~first
 
 
 def _advance(st: _Beams, cands: _Candidates, beam: int) -> None:
-    """Continue with the ``beam`` best active candidates of each sentence; reorder the cache to follow them.
+    """Continue with the ``beam`` best active candidates of each sentence; move the rows to follow them.
 
     fairseq's ``active_mask``: EOS and blacklisted candidates get ``cand_size`` added to their rank, so the
     ``beam`` smallest values are the best non-EOS candidates in candidate order, followed (only when too few
     remain) by EOS ones, which become the new blacklist.
     """
+    bsz, step = st.sent.numel(), st.step
     cand_size = cands.eos.size(1)
     eos = cands.eos.clone()
     eos[:, :beam] |= st.blacklist
@@ -351,12 +569,17 @@ def _advance(st: _Beams, cands: _Candidates, beam: int) -> None:
     # values are distinct, so the ascending order of topk is unique
     new_bl, active = torch.topk(order, k=beam, dim=1, largest=False, sorted=True)
     st.blacklist = new_bl.ge(cand_size)
-    rows = cands.rows.gather(1, active).view(-1)  # rows of the old batch the survivors extend
-    st.tokens = torch.cat([st.tokens[rows], cands.tokens.gather(1, active).view(-1, 1)], dim=1)
-    st.cum = torch.cat([st.cum[rows], cands.scores.gather(1, active).view(-1, 1)], dim=1)
-    st.enc = _reorder(st.enc, rows)
-    if st.cache is not None:
-        st.cache = _reorder(st.cache, rows)
+    parents = cands.parents.gather(1, active)
+    perm, copy = _assign_rows(parents)
+    base = (torch.arange(bsz, device=perm.device) * beam).unsqueeze(1)
+    dst, src = (perm + base)[copy], (parents + base)[copy]
+    positions = step + 1
+    st.tokens[dst, :positions], st.cum[dst, :positions] = st.tokens[src, :positions], st.cum[src, :positions]
+    st.cache = _move(st.cache, dst, src, bsz * beam, encoder=False)  # a block's rows share the encoder's
+    rows = (perm + base).view(-1)
+    st.tokens[rows, positions] = cands.tokens.gather(1, active).view(-1)
+    st.cum[rows, positions] = cands.scores.gather(1, active).view(-1)
+    st.perm = perm
     st.step += 1
 
 
@@ -369,7 +592,7 @@ def beam_search_nbest(model: Any, src: Tensor, opts: DecodeOptions = DecodeOptio
         cands = _expand(model, st, opts)
         finished = _finalize(st, cands, opts, finalized)
         if finished:
-            st, cands = _prune(st, cands, finished)
+            cands = _prune(st, cands, finished, opts.beam)
             if st.sent.numel() == 0:
                 break
         _advance(st, cands, opts.beam)
