@@ -341,3 +341,32 @@ def test_model_pickles(norm):
     src, prev = batch()
     for clone in (pickle.loads(pickle.dumps(m)), copy.deepcopy(m)):
         torch.testing.assert_close(clone(src, prev), m(src, prev), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_padded_targets_run_as_their_rows(norm):
+    """A batch with padded targets (decoded as its non-padding rows) gives each sentence's logits and loss
+    gradients as decoding it alone; logits at padded positions are zero."""
+    from lnrepro.train.loss import label_smoothed_nll_loss
+
+    m = tiny(norm).train()  # dropout 0.1 is drawn: compare with dropout off
+    for mod in m.modules():
+        if hasattr(mod, "p"):
+            mod.p = 0.0
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(4, 60, (3, 7), generator=g)
+    target = torch.randint(4, 60, (3, 6), generator=g)
+    target[0, 4:] = PAD
+    target[2, 2:] = PAD
+    prev = torch.cat([torch.full((3, 1), EOS), target[:, :-1]], 1).masked_fill(target.eq(PAD), PAD)
+    logits = m(src, prev)
+    assert torch.all(logits[target.eq(PAD)] == 0)
+    grads = torch.autograd.grad(label_smoothed_nll_loss(logits, target, 0.1)[0], list(m.parameters()))
+    alone_loss = 0.0
+    for i in range(3):
+        n = int(target[i].ne(PAD).sum())
+        alone = m(src[i: i + 1], prev[i: i + 1, :n])
+        torch.testing.assert_close(logits[i: i + 1, :n], alone, atol=1e-5, rtol=1e-5)
+        alone_loss = alone_loss + label_smoothed_nll_loss(alone, target[i: i + 1, :n], 0.1)[0]
+    for a, b in zip(grads, torch.autograd.grad(alone_loss, list(m.parameters()))):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

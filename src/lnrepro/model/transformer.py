@@ -136,6 +136,35 @@ class KVCache:
         return self
 
 
+@dataclass
+class Rows:
+    """The non-padding positions of a right-padded [B,T] batch: the decoder's position-wise work (projections,
+    FFN, LayerNorms, dropout, residuals) runs on these N rows only, attention on the padded layout.
+
+    Targets are about 12.5% padding in fairseq's batches of real sentences (sources 0.6%: they are sorted by
+    source length first), so skipping it saves an eighth of the decoder's matmuls and element-wise work;
+    packing and unpacking cost a few copies per attention sublayer. Measured (real batches, interleaved):
+    +13% tokens/s at the paper size (bf16), +6% (bf16) and +10% (fp32) at the Multi30k preset size.
+    """
+
+    index: torch.Tensor  # [N] flat positions b * T + t that are not padding
+    batch: int
+    length: int
+
+    @classmethod
+    def of(cls, tokens: torch.Tensor) -> "Rows":
+        return cls(tokens.reshape(-1).ne(PAD).nonzero().squeeze(1), tokens.size(0), tokens.size(1))
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """[B,T,...] -> [N,...]."""
+        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """[N,W] -> [B,T,W], zeros at the padded positions."""
+        full = x.new_zeros(self.batch * self.length, x.size(-1)).index_copy_(0, self.index, x)
+        return full.view(self.batch, self.length, -1)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Building blocks
 
@@ -261,38 +290,45 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
 
-    def _project(self, x: torch.Tensor, *projs: nn.Linear) -> tuple[torch.Tensor, ...]:
-        """x [B,T,D] through several projections as one GEMM over their stacked weights, each split into heads
-        [B,H,T,hd] (contiguous, as the attention matmuls need them).
+    def _project(self, x: torch.Tensor, rows: Rows | None, *projs: nn.Linear) -> tuple[torch.Tensor, ...]:
+        """x [B,T,D] (or its ``rows`` [N,D]) through one or more projections as one GEMM over their stacked
+        weights, each split into heads [B,H,T,hd] (contiguous, as the attention matmuls need them).
 
         One GEMM and, under autocast, one cast of x instead of one per projection, and one head-split copy
         instead of one per tensor; the stacked weights are a copy of len(projs) x D x D values per call,
         amortized over the B x T rows of a batch (measured: +2.4% tokens/s at the paper size, bf16).
         """
-        b, t, _ = x.shape
-        y = F.linear(x, torch.cat([p.weight for p in projs]), torch.cat([p.bias for p in projs]))
+        if len(projs) == 1:
+            y = projs[0](x)
+        else:
+            y = F.linear(x, torch.cat([p.weight for p in projs]), torch.cat([p.bias for p in projs]))
+        if rows is not None:
+            y = rows.unpack(y)
+        b, t, _ = y.shape
         return y.view(b, t, len(projs), self.heads, self.head_dim).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
 
     def _kv(self, memory: torch.Tensor) -> KV:
-        k, v = self._project(memory, self.k_proj, self.v_proj)
+        k, v = self._project(memory, None, self.k_proj, self.v_proj)
         return k, v
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, key_pad: torch.Tensor | None = None,
-                causal: bool = False, cache: LayerCache | None = None) -> torch.Tensor:
-        """x [B,T,D] queries; memory [B,S,D] keys/values (None: self-attention); key_pad [B,S] True at padding;
-        ``cache``: the decoder layer's keys/values in incremental decoding."""
+                causal: bool = False, cache: LayerCache | None = None, rows: Rows | None = None) -> torch.Tensor:
+        """x [B,T,D] queries, or [N,D]: the ``rows`` of a padded [B,T] batch (output likewise); memory [B,S,D]
+        keys/values (None: self-attention); key_pad [B,S] True at padding; ``cache``: the decoder layer's
+        keys/values in incremental decoding."""
         if memory is None and cache is not None:
             # Incremental decoding: one new position per row, too few rows to pay for stacking the weights.
             q, k, v = (self._split(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
             k, v = cache.self_attention(k, v)
         elif memory is None:
-            q, k, v = self._project(x, self.q_proj, self.k_proj, self.v_proj)
+            q, k, v = self._project(x, rows, self.q_proj, self.k_proj, self.v_proj)
         else:
-            q = self._split(self.q_proj(x))
+            (q,) = self._project(x, rows, self.q_proj)
             k, v = self._kv(memory) if cache is None else cache.encoder_attention(lambda: self._kv(memory))
         y = attend(q, k, v, key_pad, causal, self.attention_dropout, self.training)
         b, _, t, _ = y.shape
-        return self.out_proj(y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+        y = y.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+        return self.out_proj(y if rows is None else rows.pack(y))
 
 
 class FeedForward(nn.Module):
@@ -343,10 +379,13 @@ class DecoderLayer(_Layer):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg, cross_attention=True)
 
-    def forward(self, x: torch.Tensor, enc: EncoderOut, cache: LayerCache | None = None) -> torch.Tensor:
-        x = self._sublayer(x, self.self_attn_layer_norm, lambda h: self.self_attn(h, causal=True, cache=cache))
+    def forward(self, x: torch.Tensor, enc: EncoderOut, cache: LayerCache | None = None,
+                rows: Rows | None = None) -> torch.Tensor:
+        """x [B,T,D], or [N,D]: only the ``rows`` of a padded batch (the attention sublayers unpack them)."""
+        x = self._sublayer(x, self.self_attn_layer_norm,
+                           lambda h: self.self_attn(h, causal=True, cache=cache, rows=rows))
         x = self._sublayer(x, self.encoder_attn_layer_norm,
-                           lambda h: self.encoder_attn(h, memory=enc.out, key_pad=enc.pad_mask, cache=cache))
+                           lambda h: self.encoder_attn(h, memory=enc.out, key_pad=enc.pad_mask, cache=cache, rows=rows))
         return self._sublayer(x, self.final_layer_norm, self.ffn)
 
 
@@ -419,15 +458,26 @@ class Transformer(nn.Module):
         return EncoderOut(x, pad_mask)
 
     def decode(self, prev: torch.Tensor, enc: EncoderOut, cache: KVCache | None = None) -> torch.Tensor:
-        """prev [B,T] decoder input (EOS first) -> logits [B,T,V]. With a cache, prev holds only new tokens."""
+        """prev [B,T] decoder input (EOS first) -> logits [B,T,V]. With a cache, prev holds only new tokens.
+
+        Without a cache, a padded ``prev`` runs through the layers as its non-padding rows (``Rows``): the
+        logits at padded positions are zero (the loss ignores them; before, they were meaningless values).
+        """
         past = cache.length if cache is not None else 0
         pos = self.positions(prev, start=past) if cache is not None else self.positions(prev)
-        x = self.dropout(self.embed_scale * self.decoder_embed(prev) + pos)
+        rows = Rows.of(prev) if cache is None and bool(prev.eq(PAD).any()) else None
+        if rows is None:
+            x = self.embed_scale * self.decoder_embed(prev) + pos
+        else:
+            x = self.embed_scale * self.decoder_embed(rows.pack(prev)) + rows.pack(pos)
+        x = self.dropout(x)
         enc_use = enc if bool(enc.pad_mask.any()) else EncoderOut(enc.out, None)  # type: ignore[arg-type]
         for i, layer in enumerate(self.decoder_layers):
-            x = layer(x, enc_use, cache.layers[i] if cache is not None else None)
+            x = layer(x, enc_use, cache.layers[i] if cache is not None else None, rows)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
+        if rows is not None:
+            x = rows.unpack(x)
         if cache is not None:
             cache.length += prev.size(1)
         weight = self.decoder_embed.weight if self.output_projection is None else self.output_projection.weight
