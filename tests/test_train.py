@@ -197,3 +197,17 @@ def test_max_updates_stops(bpe_dir, tmp_path):
     m3 = json.loads((run / "epochs" / "epoch003.json").read_text())
     assert m1["status"] == "ok" and m1["updates"] == 5
     assert m3["status"] == "stopped" and m3["weights"] is None
+
+
+def test_bf16_rerun_is_bitwise_identical(bpe_dir, tmp_path):
+    """bf16 autocast through the fast paths (matmul attention, fused loss, integer-draw dropout, the decoder on
+    non-padding rows, fused AdamW): a rerun gives the same weights bit for bit."""
+    runs = []
+    for name in ("a", "b"):
+        run = tmp_path / name
+        train_run(run, write_config(tmp_path / f"{name}.json", precision="bf16", epochs=2), bpe_dir, threads=1)
+        runs.append(run)
+    assert_same_weights(*runs, epochs=2)
+    meta = json.loads((runs[0] / "run.json").read_text())
+    assert meta["precision"] == "bf16" and meta["optimizer"].startswith("torch.optim.AdamW (fused")
+    assert json.loads((runs[0] / "summary.json").read_text())["status"] == "completed"

@@ -4,12 +4,14 @@ see transformer.py."""
 from .transformer import (
     Attention,
     DecoderLayer,
+    Dropout,
     EncoderLayer,
     EncoderOut,
     FeedForward,
     KVCache,
     LayerCache,
     ModelConfig,
+    Rows,
     Transformer,
     load_model,
     sinusoidal_table,
@@ -17,6 +19,6 @@ from .transformer import (
 )
 
 __all__ = [
-    "Attention", "DecoderLayer", "EncoderLayer", "EncoderOut", "FeedForward", "KVCache", "LayerCache",
-    "ModelConfig", "Transformer", "load_model", "sinusoidal_table", "weights_blob",
+    "Attention", "DecoderLayer", "Dropout", "EncoderLayer", "EncoderOut", "FeedForward", "KVCache", "LayerCache",
+    "ModelConfig", "Rows", "Transformer", "load_model", "sinusoidal_table", "weights_blob",
 ]

@@ -30,6 +30,12 @@ computed as fairseq computes it, with explicit matmuls (``attend``), except that
 fp32 scores rather than q (the same values when head_dim is a power of 4, as the Multi30k preset's 64; equal
 up to rounding otherwise, as the paper size's 128).
 
+Speed on the CPU (benchmarks/train_throughput.py; each choice says what it measured): attention through
+matmuls instead of SDPA's flash kernel; q/k/v as one GEMM (``Attention._project``); the decoder's work on the
+non-padding target positions only (``Rows``; the logits at padded positions are zero); dropout masks from
+16-bit integer draws (``dropout``). These compute the same function (equal up to rounding; dropout draws
+another random stream, with p rounded to 2^-17).
+
 References: Vaswani et al. 2017; Xiong et al. 2020 (arXiv 2002.04745); fairseq 0.9.0 (github.com/pytorch/fairseq,
 tag v0.9.0); nanoGPT (github.com/karpathy/nanoGPT, model.py).
 """
