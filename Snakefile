@@ -16,7 +16,11 @@ from lnrepro.paths import LANGS, Paths  # noqa: E402
 from lnrepro.stages import LOCAL_RULES  # noqa: E402
 
 
-configfile: "config.yaml"
+# The paper's experiment, found beside this Snakefile, so that `snakemake -s /path/to/Snakefile` works from any
+# folder (a relative configfile: is read from the working directory). --configfile layers are merged over it.
+# Results, logs and relative paths in the config (archive, mirror) stay relative to the working directory, as
+# Snakemake's convention is.
+configfile: str(Path(workflow.basedir) / "config.yaml")
 
 
 try:  # the one validation: schema and semantic checks, a message naming the key

@@ -1,0 +1,141 @@
+"""Fault suite, configuration (issue 13): each fault is a config layer a user could write, loaded as the
+workflow loads it; the outcome is one LnReproError line naming the key and what was expected, or, through a
+real ``snakemake -n``, one WorkflowError line and no traceback. Also: the workflow run from another folder.
+
+Faults the older tests already trigger (tests/test_config.py): unknown keys, wrong types, an unknown run in
+``select`` or a comparison, a decay epoch beyond the last epoch. They are here again on the demo preset so
+that the fault suite lists every config fault in one place.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+from fixtures_iwslt import build_iwslt_archive, closed_port
+from lnrepro import config as cfg
+from lnrepro.errors import LnReproError
+
+DEMO = REPO / "presets" / "demo.yaml"
+# A fault as a layer over config.yaml + the demo preset (3 epochs): (layer, what the message must say).
+FAULTS = {
+    "unknown key": ({"defaults": {"model": {"nrom": "pre"}}}, r"unknown key defaults\.model\.nrom \(allowed: "),
+    "wrong type": ({"defaults": {"train": {"epochs": "three"}}},
+                   r"key defaults\.train\.epochs: 'three' is not of type 'integer'"),
+    "unknown run in select": ({"select": ["postln_warmup_isqrt", "postln_typo"]},
+                              r"select names 'postln_typo', which is neither a run"),
+    "unknown run in a comparison": ({"comparisons": {"figure4": {"runs": ["postln_warmup_isqrt", "preln_typo"]}}},
+                                    r"comparisons\.figure4\.runs names 'preln_typo', which is not a run"),
+    "empty seeds": ({"seeds": []}, r"key seeds: \[\] should be non-empty"),
+    "negative warm-up": ({"defaults": {"schedule": {"warmup_updates": -140}}},
+                         r"key defaults\.schedule\.warmup_updates: -140 is less than the minimum of 1"),
+    "decay epoch beyond the last epoch": (
+        {"defaults": {"schedule": {"decay_epochs": [9]}, "train": {"epochs": 6}}},
+        r"runs\.postln_warmup_step8 \(with defaults\): schedule\.decay_epochs \[9\] beyond the last epoch "
+        r"\(train\.epochs = 6\): the step decay would never happen"),
+    "beam 0": ({"defaults": {"eval": {"beam": 0}}}, r"key defaults\.eval\.beam: 0 is less than the minimum of 1"),
+    "unknown dataset": ({"defaults": {"data": {"dataset": "wmt14"}}},
+                        r"key defaults\.data\.dataset: 'wmt14' is not one of \['iwslt14', 'multi30k', 'synthetic'\]"),
+    "after-warm-up run without warm-up": (
+        {"analysis": {"gradinit": {"after_warmup_run": "preln_nowarmup_step8"}}},
+        r"analysis\.gradinit\.after_warmup_run names 'preln_nowarmup_step8', which has no warm-up "
+        r"\(schedule\.warmup false\): expected a selected run with warm-up, or null"),
+    "after-warm-up run that does not exist": (
+        {"analysis": {"gradinit": {"after_warmup_run": "postln_warmup_isqr"}}},
+        r"analysis\.gradinit\.after_warmup_run names 'postln_warmup_isqr', which is not a run"),
+    "budget epoch at the last epoch": ({"analysis": {"report": {"budget_epoch": 3}}},
+                                       r"analysis\.report\.budget_epoch \(3\) must be before the last epoch "
+                                       r"\(train\.epochs = 3\)"),
+    "budget epoch beyond the last epoch": ({"analysis": {"report": {"budget_epoch": 15}}},
+                                           r"analysis\.report\.budget_epoch \(15\) must be before the last epoch"),
+}
+
+
+def _layer(tmp_path: Path, layer: dict, name: str = "fault.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(layer))
+    return path
+
+
+def _snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """The snakemake command line on the repository's Snakefile, run from ``cwd`` (not the checkout)."""
+    return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), *args], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_config_fault_is_one_message_naming_the_key(tmp_path: Path, fault: str) -> None:
+    layer, expected = FAULTS[fault]
+    with pytest.raises(LnReproError, match=expected) as e:
+        cfg.load_config([REPO / "config.yaml", DEMO, _layer(tmp_path, layer)])
+    assert str(e.value).startswith("config: ") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("layer", [
+    {"defaults": {"schedule": {"decay_epochs": [3]}}},  # the first update of the last epoch decays
+    {"analysis": {"report": {"budget_epoch": 2}}},
+    {"analysis": {"gradinit": {"after_warmup_run": None}}},
+    # Named, but not selected: not measured (the rule is left out), so its schedule does not matter.
+    {"analysis": {"gradinit": {"after_warmup_run": "preln_nowarmup_step8"}}, "select": ["postln_warmup_isqrt"]},
+], ids=["decay at the last epoch", "budget before the last epoch", "no after-warm-up run", "unselected"])
+def test_the_edges_of_the_new_checks_are_accepted(tmp_path: Path, layer: dict) -> None:
+    cfg.experiment(cfg.load_config([REPO / "config.yaml", DEMO, _layer(tmp_path, layer)]))
+
+
+def test_only_a_given_after_warmup_run_must_exist() -> None:
+    """The settings' default names config.yaml's run: a config without the key and without that run is valid;
+    one that names it, without such a run, is refused (a typo would silently skip the measurement)."""
+    c = cfg.load_config([REPO / "config.yaml", DEMO])
+    c["runs"] = {"only": {"model": {"norm": "pre"}}}
+    c.update(select=["only"], comparisons={}, grids={})
+    with pytest.raises(LnReproError, match=r"after_warmup_run names 'postln_warmup_isqrt', which is not a run"):
+        cfg.validate_config(c)
+    del c["analysis"]["gradinit"]["after_warmup_run"]
+    cfg.validate_config(c)
+
+
+@pytest.mark.parametrize("fault", ["decay epoch beyond the last epoch", "unknown key", "budget epoch at the last epoch"])
+def test_snakemake_reports_a_config_fault_in_one_line(tmp_path: Path, fault: str) -> None:
+    layer, expected = FAULTS[fault]
+    proc = _snakemake(tmp_path, "-n", "--configfile", str(DEMO), str(_layer(tmp_path, layer)))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "WorkflowError" in out and "Traceback" not in out
+    lines = [line for line in out.splitlines() if line.startswith("config: ")]
+    assert len(lines) == 1 and re.search(expected, lines[0]), out
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_workflow_runs_from_another_folder(tmp_path: Path) -> None:
+    """`snakemake -s /path/to/Snakefile --configfile /path/to/presets/demo.yaml` from elsewhere: config.yaml is
+    found beside the Snakefile and the results go to the working directory (Snakemake's convention)."""
+    proc = _snakemake(tmp_path, "-n", "--configfile", str(DEMO))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "results/demo/report/index.html" in out and "'runs' is a required property" not in out
+    assert "rule train_run" in out
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing
+
+
+def test_relative_paths_resolve_in_the_working_directory(tmp_path: Path) -> None:
+    """From another folder, a relative --configfile and a relative archive path inside it are the working
+    directory's; the data stages really run there (offline: the archive is the only source)."""
+    work = tmp_path / "work"
+    (work / "local").mkdir(parents=True)
+    archive = build_iwslt_archive(work / "local" / "de-en.tgz")
+    layer = {"name": "elsewhere", "defaults": {"data": {"dataset": "iwslt14", "iwslt14": {
+        "urls": [f"http://127.0.0.1:{closed_port()}/de-en.tgz"], "archive": "local/de-en.tgz",
+        "md5": archive.md5, "size": archive.size, "expected_counts": archive.counts}}}}
+    _layer(work, layer, "mine.yaml")
+    proc = _snakemake(work, "data", "--cores", "1", "--configfile", "mine.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (work / "results" / "downloads" / "de-en.tgz").read_bytes() == archive.path.read_bytes()
+    stats = yaml.safe_load((work / "results" / "elsewhere" / "data" / "prepared" / "stats.json").read_text())
+    assert stats["counts"] == archive.counts
+    assert not (REPO / "results" / "elsewhere").exists()
