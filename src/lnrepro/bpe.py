@@ -72,7 +72,33 @@ def _read_split(prepared_dir: Path, split: str, lang: str) -> list[str]:
     path = Path(prepared_dir) / f"{split}.{lang}"
     if not path.is_file():
         raise LnReproError(f"{path}: prepared file not found (run the prepare stage first)")
-    return read_lines(path)
+    try:
+        return read_lines(path)
+    except UnicodeDecodeError:
+        raise LnReproError(_not_utf8(path)) from None
+
+
+def _read_pair(prepared_dir: Path, split: str) -> dict[str, list[str]]:
+    """Both languages of a prepared split, which must have equal line counts."""
+    texts = {lang: _read_split(prepared_dir, split, lang) for lang in LANGS}
+    if len(texts["de"]) != len(texts["en"]):
+        raise LnReproError(
+            f"{prepared_dir}/{split}.de has {len(texts['de'])} lines but {split}.en has {len(texts['en'])}; "
+            "the two sides of a parallel split must have equal line counts (prepare the data again)"
+        )
+    return texts
+
+
+def _not_utf8(path: Path) -> str:
+    """Where ``path`` stops being UTF-8, by line: the error of a streaming read counts bytes from its chunk."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        return (f"{path}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x}); prepared files are UTF-8 as the "
+                "prepare stage writes them: prepare the data again")
+    return f"{path}: not UTF-8 text; prepared files are UTF-8 as the prepare stage writes them"
 
 
 def _vocab_text(sp: spm.SentencePieceProcessor) -> str:
@@ -182,12 +208,9 @@ def apply_bpe(prepared_dir: Path, bpe_dir: Path, threads: int = 1) -> dict:
         "sentences": {}, "tokens": {}, "byte_pieces": {}, "unk_pieces": {}, "max_tokens": {},
         "byte_fallback_rate": {}, "byte_fallback_rate_by_lang": {}, "roundtrip_mismatches": {},
     }
-    for split in SPLITS:
-        texts = {lang: _read_split(prepared_dir, split, lang) for lang in LANGS}
-        if len(texts["de"]) != len(texts["en"]):
-            raise LnReproError(
-                f"{prepared_dir}/{split}.de has {len(texts['de'])} lines but {split}.en has {len(texts['en'])}"
-            )
+    # Every split read and checked before anything is written: a bad split leaves no encoded files behind.
+    all_texts = {split: _read_pair(prepared_dir, split) for split in SPLITS}
+    for split, texts in all_texts.items():
         stats["sentences"][split] = len(texts["de"])
         for key in ("tokens", "byte_pieces", "unk_pieces", "max_tokens", "byte_fallback_rate_by_lang",
                     "roundtrip_mismatches"):

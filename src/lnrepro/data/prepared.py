@@ -102,7 +102,8 @@ def write_prepared(
             )
     for s in SPLITS:
         if not checked[s][0]:
-            raise LnReproError(f"prepared split '{s}' is empty; every split needs at least one sentence pair")
+            raise LnReproError(f"prepared split '{s}' is empty (nothing written to {out_dir}): every split needs at "
+                               "least one sentence pair; check the dataset's files and its cleaning settings")
 
     # Data files first, stats.json last: its presence means the whole folder is complete.
     for s in SPLITS:

@@ -21,8 +21,11 @@ from ..errors import LnReproError
 from ..vocab import EOS, PAD
 
 
-def read_ids(path: str | Path) -> list[list[int]]:
-    """One sequence per line of space-separated ids, with EOS appended (the files hold none)."""
+def read_ids(path: str | Path, vocab_size: int | None = None) -> list[list[int]]:
+    """One sequence per line of space-separated ids, with EOS appended (the files hold none).
+
+    With ``vocab_size`` every id must lie in [0, vocab_size): checked here, when the split is loaded, because
+    an id outside the embedding only fails when its batch comes up (torch's IndexError, updates later)."""
     seqs: list[list[int]] = []
     try:
         with open(path, encoding="utf-8") as f:
@@ -31,6 +34,11 @@ def read_ids(path: str | Path) -> list[list[int]]:
                     ids = [int(tok) for tok in line.split()]
                 except ValueError as e:
                     raise LnReproError(f"{path}:{lineno}: expected space-separated integer ids") from e
+                if vocab_size is not None and ids and (min(ids) < 0 or max(ids) >= vocab_size):
+                    bad = next(i for i in ids if not 0 <= i < vocab_size)
+                    raise LnReproError(f"{path}:{lineno}: id {bad} is outside the vocabulary (expected ids 0 to "
+                                       f"{vocab_size - 1}: spm.model has {vocab_size} pieces); encode the "
+                                       "split again with this model (the apply_bpe stage)")
                 ids.append(EOS)
                 seqs.append(ids)
     except FileNotFoundError as e:

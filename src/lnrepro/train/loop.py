@@ -76,9 +76,9 @@ def git_commit() -> tuple[str | None, bool | None]:
         return None, None
 
 
-def _load_pairs(bpe_dir: Path, max_positions: int) -> tuple[list[list[int]], list[list[int]]]:
+def _load_pairs(bpe_dir: Path, max_positions: int, vocab_size: int) -> tuple[list[list[int]], list[list[int]]]:
     src_path, tgt_path = bpe_dir / f"train.{SRC_LANG}.ids", bpe_dir / f"train.{TGT_LANG}.ids"
-    src, tgt = read_ids(src_path), read_ids(tgt_path)
+    src, tgt = read_ids(src_path, vocab_size), read_ids(tgt_path, vocab_size)
     if len(src) != len(tgt):
         raise LnReproError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}")
     if not src:
@@ -116,7 +116,7 @@ class _Trainer:
         self.attempt = 1 + sum(1 for r in self.log.records() if r.get("kind") == "attempt")
 
         # Data: batches built once from the seed (fairseq), collated once (cheap, saves per-epoch work).
-        src, tgt = _load_pairs(self.bpe_dir, self.mcfg.max_positions)
+        src, tgt = _load_pairs(self.bpe_dir, self.mcfg.max_positions, self.mcfg.vocab_size)
         self.num_pairs = len(src)
         index_batches = batch_by_size([len(s) for s in src], [len(t) for t in tgt], self.train.max_tokens, self.seed,
                                       self.train.required_batch_size_multiple)
