@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -11,10 +12,41 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from .errors import LnReproError
+
+
+def _no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` or an exception it was raised from or during is ENOSPC. torch.save reports a full disk
+    as a RuntimeError ("unexpected pos ...") raised while handling the OSError of the write that failed."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            return True
+        stack += [e.__cause__, e.__context__]
+    return False
+
+
+@contextmanager
+def naming_full_disk(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a full disk inside the block into one LnReproError naming ``path`` (other errors pass through)."""
+    try:
+        yield
+    except Exception as e:
+        if not _no_space(e):
+            raise
+        raise LnReproError(f"{path}: no space left on device (ENOSPC) while writing it; the file was not "
+                           "replaced and earlier files are intact: free space and rerun") from e
+
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds."""
+    """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds (a full
+    disk becomes one message naming ``path``; the temporary file is removed either way)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -24,8 +56,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the permissions a plain open() would give
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
-        os.replace(tmp_path, path)
+        with naming_full_disk(path):
+            yield tmp_path
+            os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
 
@@ -47,20 +80,33 @@ def atomic_write_lines(path: str | os.PathLike, lines: list[str]) -> None:
     atomic_write_text(path, "".join(f"{line}\n" for line in lines))
 
 
+def json_text(obj: Any) -> str:
+    """The one JSON layout of every JSON file written: indented, sorted keys, a final newline."""
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, json_text(obj))
+
+
+def torch_save_file(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save`` to ``path`` through an open file, synced. Given a file name, torch names the archive's
+    records after it (``<stem>/data.pkl``), so a temporary name would make equal objects differ byte for byte;
+    given a file object it names them ``archive/...``, and the bytes depend on the object alone."""
+    import torch
+
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    import torch
-
     with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+        torch_save_file(obj, tmp)
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    from .errors import LnReproError
-
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -79,8 +125,6 @@ def read_lines(path: str | os.PathLike) -> list[str]:
 def file_sha256(path: str | os.PathLike) -> str:
     """SHA-256 of a file, read in 1 MiB blocks; a missing file is a clear error."""
     import hashlib
-
-    from .errors import LnReproError
 
     h = hashlib.sha256()
     try:
