@@ -39,7 +39,8 @@ FAULTS = {
         {"defaults": {"schedule": {"decay_epochs": [9]}, "train": {"epochs": 6}}},
         r"runs\.postln_warmup_step8 \(with defaults\): schedule\.decay_epochs \[9\] beyond the last epoch "
         r"\(train\.epochs = 6\): the step decay would never happen"),
-    "beam 0": ({"defaults": {"eval": {"beam": 0}}}, r"key defaults\.eval\.beam: 0 is less than the minimum of 1"),
+    # Every beam the eval section sets (one, or one per split), as a layer: built from the config below.
+    "beam 0": (None, r"key defaults\.eval\.(\S+\.)?beam: 0 is less than the minimum of 1"),
     "unknown dataset": ({"defaults": {"data": {"dataset": "wmt14"}}},
                         r"key defaults\.data\.dataset: 'wmt14' is not one of \['iwslt14', 'multi30k', 'synthetic'\]"),
     "after-warm-up run without warm-up": (
@@ -57,6 +58,18 @@ FAULTS = {
 }
 
 
+def _beams_zero(section: dict) -> dict:
+    """The layer that sets every ``beam`` under ``section`` (nested) to 0."""
+    return {k: 0 if k == "beam" else _beams_zero(v) for k, v in section.items() if k == "beam" or isinstance(v, dict)}
+
+
+def _fault_layer(fault: str) -> dict:
+    layer = FAULTS[fault][0]
+    if layer is None:  # beam 0
+        layer = {"defaults": {"eval": _beams_zero(cfg.load_config([REPO / "config.yaml", DEMO])["defaults"]["eval"])}}
+    return layer
+
+
 def _layer(tmp_path: Path, layer: dict, name: str = "fault.yaml") -> Path:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(layer))
@@ -71,7 +84,7 @@ def _snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_config_fault_is_one_message_naming_the_key(tmp_path: Path, fault: str) -> None:
-    layer, expected = FAULTS[fault]
+    layer, expected = _fault_layer(fault), FAULTS[fault][1]
     with pytest.raises(LnReproError, match=expected) as e:
         cfg.load_config([REPO / "config.yaml", DEMO, _layer(tmp_path, layer)])
     assert str(e.value).startswith("config: ") and "\n" not in str(e.value)
@@ -102,7 +115,7 @@ def test_only_a_given_after_warmup_run_must_exist() -> None:
 
 @pytest.mark.parametrize("fault", ["decay epoch beyond the last epoch", "unknown key", "budget epoch at the last epoch"])
 def test_snakemake_reports_a_config_fault_in_one_line(tmp_path: Path, fault: str) -> None:
-    layer, expected = FAULTS[fault]
+    layer, expected = _fault_layer(fault), FAULTS[fault][1]
     proc = _snakemake(tmp_path, "-n", "--configfile", str(DEMO), str(_layer(tmp_path, layer)))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
