@@ -130,7 +130,7 @@ def test_deterministic_rerun_and_finished_state_not_resumed(reference, bpe_dir, 
     cfg = write_config(tmp_path / "config.json")
     train_run(run, cfg, bpe_dir, threads=1)
     assert_same_weights(reference, run)
-    # a finished state is never resumed: a forced rerun trains afresh (attempt 1 again), same weights
+    # a finished state is never resumed: a rerun writes the first attempt's outputs again (attempt 1), same weights
     train_run(run, cfg, bpe_dir, threads=1)
     assert json.loads((run / "summary.json").read_text())["attempts"] == 1
     assert_same_weights(reference, run)

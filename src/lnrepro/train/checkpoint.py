@@ -1,28 +1,48 @@
 """The undeclared ``state/`` folder of a run (docs/architecture.md, "Stages and their contracts").
 
+state/lock          flock'ed by the trainer for its lifetime: one trainer per state/ (the OS frees it on any exit)
 state/digest.json   the digest this state belongs to (config.json + training inputs)
 state/last.pt       newest complete training state: model, optimizer, updates, epoch, position in the epoch's
                     batch order, RNG states, epoch records, retained training time; written atomically
+state/prev.pt       the state before it, the fallback when last.pt fails its CRC-32s or does not load
+                    (deleted when the training finishes)
 state/epochs/epochNNN.pt  per-epoch weights {"model_config", "model"} (no optimizer state)
 state/log.jsonl     the log of every attempt so far (append-only; a line cut by a kill is dropped)
-state/finished.json written after the declared outputs: a finished state is never resumed
+state/outputs/      the bytes of every declared output (run.json, train.jsonl, summary.json, epochs/*.json)
+state/finished.json written after outputs/: {"digest", "time", "outputs": {name: sha256}}
 
-An unfinished state with the same digest is resumed; anything else is cleared and training starts fresh.
+A finished state with the same digest, whose outputs/ and epoch weights match their digests, writes the
+declared outputs again from outputs/ without training (Snakemake's --rerun-incomplete deletes outputs that a
+trainer orphaned by a killed Snakemake finished). An unfinished state with the same digest is resumed (from
+last.pt, else prev.pt, else from the start); anything else is cleared and training starts fresh.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import math
+import os
 import shutil
+import sys
+import time
+import zipfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from ..errors import LnReproError
-from ..io import atomic_torch_save, atomic_write_json, file_sha256, read_json
+from ..io import (atomic_path, atomic_write_bytes, atomic_write_json, file_sha256, naming_full_disk, read_json,
+                  torch_save_file)
+
+
+def say(message: str) -> None:
+    """A line on stderr (the job's log under Snakemake) about what the trainer decided for its state."""
+    print(f"lnrepro train: {message}", file=sys.stderr, flush=True)
 
 
 def run_digest(config_json: Path, inputs: list[Path]) -> dict[str, Any]:
@@ -49,22 +69,107 @@ def restore_rng(rng: dict[str, Any]) -> None:
 
 
 class StateDir:
-    """Paths and the resume/clear decision for one run's state/ folder."""
+    """Paths, the lock and the resume/re-emit/clear decision for one run's state/ folder."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.root = Path(run_dir) / "state"
+        self.run_dir = Path(run_dir)
+        self.root = self.run_dir / "state"
+        self.lock_file = self.root / "lock"
         self.last = self.root / "last.pt"
+        self.prev = self.root / "prev.pt"
         self.digest_file = self.root / "digest.json"
         self.finished = self.root / "finished.json"
         self.log = self.root / "log.jsonl"
         self.epochs = self.root / "epochs"
+        self.outputs = self.root / "outputs"
+        self.resumed_from: str | None = None  # the file prepare() resumed from
 
     def epoch_weights(self, epoch: int) -> Path:
         return self.epochs / f"epoch{epoch:03d}.pt"
 
+    @contextmanager
+    def locked(self) -> Iterator[StateDir]:
+        """Hold an exclusive flock on state/lock for the block. A second trainer of the run waits (saying which
+        pid holds it) rather than refusing: after Snakemake is killed its trainers live on, and a rerun's trainer
+        that waits then resumes or re-emits what the orphan left, so the rerun ends correct in one go. The lock
+        file is never deleted (clearing keeps it), or two trainers could hold locks on different files."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                say(f"{self.root} is held by another trainer of this run (pid {holder}); waiting until it ends")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                say(f"{self.root}: the other trainer ended; continuing from what it left")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield self
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _clear(self) -> None:
+        """Delete everything in state/ but the lock file."""
+        for child in self.root.iterdir():
+            if child == self.lock_file:
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+    def restore_finished(self, digest: dict[str, Any]) -> bool:
+        """When a finished state of the same digest is intact, write the declared outputs again from it (the
+        bytes of the first time) and return True; otherwise False (prepare() then clears it)."""
+        if not self.finished.exists():
+            return False
+        try:
+            info = read_json(self.finished)
+        except LnReproError:
+            return False
+        if info.get("digest") != digest["digest"] or not info.get("outputs"):
+            return False
+        outputs: dict[str, bytes] = {}
+        for name, sha in info["outputs"].items():
+            path = self.outputs / name
+            data = path.read_bytes() if path.exists() else None
+            if data is None or hashlib.sha256(data).hexdigest() != sha:
+                say(f"{path}: missing or not the file {self.finished} lists; training this run again")
+                return False
+            outputs[name] = data
+        for name, data in outputs.items():
+            manifest = json.loads(data) if name.startswith("epochs/") else {}
+            weights = manifest.get("weights")
+            if weights and (not (self.run_dir / weights).exists()
+                            or file_sha256(self.run_dir / weights) != manifest["sha256"]):
+                say(f"{self.run_dir / weights}: missing or not the weights {name} lists; training this run again")
+                return False
+        write_outputs(self.run_dir, outputs)
+        say(f"{self.run_dir}: already trained with these inputs ({self.finished}); its declared outputs were "
+            f"written again from {self.outputs}, byte for byte, without training")
+        return True
+
+    def _load(self, path: Path, digest: dict[str, Any]) -> dict[str, Any]:
+        """A training state, checked first against the CRC-32 of every record (torch.load does not check them,
+        so a flipped byte would load silently) and then against the digest."""
+        try:
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+            if bad is not None:
+                raise ValueError(f"record {bad} fails its CRC-32")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # written atomically, so this means outside damage
+            raise LnReproError(f"{path}: unreadable training state ({e})") from e
+        if state.get("digest") != digest["digest"]:
+            raise LnReproError(f"{path}: training state of other inputs than {self.digest_file}")
+        return state
+
     def prepare(self, digest: dict[str, Any]) -> dict[str, Any] | None:
-        """Resume or clear. Returns the last state to resume from, or None (fresh start; the log of earlier
-        attempts with the same digest that died before their first checkpoint is kept)."""
+        """Resume or clear. Returns the state to resume from (last.pt, else prev.pt), or None (fresh start; the
+        log of earlier attempts with the same digest is kept)."""
         same = False
         if self.digest_file.exists() and not self.finished.exists():
             try:
@@ -72,27 +177,57 @@ class StateDir:
             except LnReproError:
                 same = False
         if not same:
-            if self.root.exists():
-                shutil.rmtree(self.root)
-            self.root.mkdir(parents=True)
+            if self.digest_file.exists():
+                say(f"{self.root} belongs to other inputs or to a finished training: cleared, training afresh")
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._clear()
             atomic_write_json(self.digest_file, digest)
             return None
-        if not self.last.exists():
-            return None
-        try:
-            state = torch.load(self.last, map_location="cpu", weights_only=True)
-        except Exception as e:  # written atomically, so this means outside damage
-            raise LnReproError(f"{self.last}: unreadable training state ({e}); delete {self.root} to start "
-                               "this run afresh") from e
-        if state.get("digest") != digest["digest"]:
-            raise LnReproError(f"{self.last}: digest differs from {self.digest_file}; delete {self.root}")
-        return state
+        damaged = False
+        for path in (self.last, self.prev):
+            if not path.exists():
+                continue
+            try:
+                state = self._load(path, digest)
+            except LnReproError as e:
+                say(f"{e}; deleted it")
+                path.unlink()
+                damaged = True
+                continue
+            if damaged:
+                say(f"resuming from {path}, the state before the damaged one (the updates after it are redone)")
+            self.resumed_from = path.name
+            return state
+        # Both damaged: starting afresh rather than refusing, since state/ only holds work that can be redone
+        # (bitwise the same on the CPU), and deleting state/ by hand, all a refusal could ask for, does the same.
+        if damaged:
+            say(f"no readable training state left in {self.root}; training this run from the start")
+        return None
 
     def save_last(self, state: dict[str, Any]) -> None:
-        atomic_torch_save(state, self.last)
+        """Write the new last.pt; the old one becomes prev.pt. The state before that is deleted first, so the
+        disk holds two states at most, and at every moment at least one complete state exists."""
+        if self.last.exists():
+            self.prev.unlink(missing_ok=True)
+        with atomic_path(self.last) as tmp:
+            torch_save_file(state, tmp)
+            if self.last.exists():
+                os.replace(self.last, self.prev)
 
-    def mark_finished(self, info: dict[str, Any]) -> None:
-        atomic_write_json(self.finished, info)
+    def finish(self, outputs: dict[str, bytes], digest: dict[str, Any]) -> None:
+        """Keep the declared outputs' bytes in outputs/, then mark the state finished (restore_finished)."""
+        for name, data in outputs.items():
+            atomic_write_bytes(self.outputs / name, data)
+        atomic_write_json(self.finished, {
+            "digest": digest["digest"], "time": time.time(),
+            "outputs": {name: hashlib.sha256(data).hexdigest() for name, data in outputs.items()}})
+        self.prev.unlink(missing_ok=True)  # a finished state is never resumed: the fallback is no longer needed
+
+
+def write_outputs(run_dir: Path, outputs: dict[str, bytes]) -> None:
+    """Write the declared outputs (names relative to the run directory), each atomically, in the given order."""
+    for name, data in outputs.items():
+        atomic_write_bytes(run_dir / name, data)
 
 
 def finite_json(obj: Any) -> Any:
@@ -129,8 +264,9 @@ class RunLog:
         return out
 
     def write(self, record: dict[str, Any]) -> None:
-        self._f.write(json.dumps(finite_json(record), allow_nan=False) + "\n")
-        self._f.flush()
+        with naming_full_disk(self.path):  # a line cut short here is dropped by the next attempt
+            self._f.write(json.dumps(finite_json(record), allow_nan=False) + "\n")
+            self._f.flush()
 
     def close(self) -> None:
         self._f.close()

@@ -2,8 +2,9 @@
 
 ``train_run(run_dir, config_json, bpe_dir, threads)`` trains ``data/bpe/train.de.ids`` -> ``train.en.ids``
 with the settings in ``config.json`` (a ``lnrepro.config.RunConfig``), keeping everything it needs across attempts in ``run_dir/state/``
-(checkpoint.py) and writing the declared outputs (run.json, train.jsonl, summary.json, epochs/epochNNN.json)
-from that state at the end. File formats: docs/outputs.md.
+(checkpoint.py: one trainer at a time holds its lock) and writing the declared outputs (run.json, train.jsonl,
+summary.json, epochs/epochNNN.json) from that state at the end; a state that finished with the same inputs
+writes them again, byte for byte, without training. File formats: docs/outputs.md.
 
 Run it as ``lnrepro train --config CONFIG_JSON --bpe BPE_DIR --run-dir RUN_DIR --threads N``.
 """
@@ -26,11 +27,11 @@ from tqdm import tqdm
 
 from ..errors import LnReproError
 from ..config import RunConfig
-from ..io import atomic_torch_save, atomic_write_json, atomic_write_text, cpu_name, file_sha256, where_ran
+from ..io import atomic_torch_save, cpu_name, file_sha256, json_text, where_ran
 from ..model import Transformer, weights_blob
 from ..vocab import PAD
 from .batching import batch_by_size, collate, epoch_order, read_ids
-from .checkpoint import RunLog, StateDir, capture_rng, finite_json, restore_rng, run_digest
+from .checkpoint import RunLog, StateDir, capture_rng, finite_json, restore_rng, run_digest, write_outputs
 from .gradstats import layer_grad_norms, total_grad_norm
 from .loss import label_smoothed_nll_loss
 from .schedule import lr_at
@@ -76,6 +77,11 @@ def git_commit() -> tuple[str | None, bool | None]:
         return None, None
 
 
+def training_inputs(bpe_dir: Path) -> list[Path]:
+    """The files a training reads besides config.json; with it they make the digest of its state."""
+    return [bpe_dir / "spm.model", bpe_dir / f"train.{SRC_LANG}.ids", bpe_dir / f"train.{TGT_LANG}.ids"]
+
+
 def _load_pairs(bpe_dir: Path, max_positions: int, vocab_size: int) -> tuple[list[list[int]], list[list[int]]]:
     src_path, tgt_path = bpe_dir / f"train.{SRC_LANG}.ids", bpe_dir / f"train.{TGT_LANG}.ids"
     src, tgt = read_ids(src_path, vocab_size), read_ids(tgt_path, vocab_size)
@@ -92,7 +98,8 @@ def _load_pairs(bpe_dir: Path, max_positions: int, vocab_size: int) -> tuple[lis
 class _Trainer:
     """Holds the run's objects; ``run()`` trains from the resumed position to the end, or until divergence."""
 
-    def __init__(self, run_dir: Path, config_json: Path, bpe_dir: Path, threads: int) -> None:
+    def __init__(self, run_dir: Path, config_json: Path, bpe_dir: Path, threads: int, state_dir: StateDir,
+                 digest: dict[str, Any]) -> None:
         self.t_start = time.time()
         self.run_dir, self.config_json, self.bpe_dir, self.threads = Path(run_dir), Path(config_json), Path(bpe_dir), threads
         self.cfg = RunConfig.read(config_json)
@@ -106,12 +113,9 @@ class _Trainer:
             torch.set_num_interop_threads(1)
         self.device = resolve_device(self.train.device)
 
-        spm_model = self.bpe_dir / "spm.model"
-        self.mcfg = cfg.model.model_config(vocab_size(spm_model))
-        inputs = [spm_model, self.bpe_dir / f"train.{SRC_LANG}.ids", self.bpe_dir / f"train.{TGT_LANG}.ids"]
-        self.digest = run_digest(self.config_json, inputs)
-        self.state_dir = StateDir(self.run_dir)
-        self.resume = self.state_dir.prepare(self.digest)
+        self.mcfg = cfg.model.model_config(vocab_size(self.bpe_dir / "spm.model"))
+        self.digest, self.state_dir = digest, state_dir
+        self.resume = state_dir.prepare(digest)
         self.log = RunLog(self.state_dir.log)
         self.attempt = 1 + sum(1 for r in self.log.records() if r.get("kind") == "attempt")
 
@@ -155,7 +159,8 @@ class _Trainer:
         self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.train.precision == "bf16"
                          else contextlib.nullcontext())
         self.log.write({"kind": "attempt", "attempt": self.attempt, "resumed_update": self.update,
-                        "resumed_epoch": self.epoch, "resumed_pos": self.pos, "startup_s": time.time() - self.t_start,
+                        "resumed_epoch": self.epoch, "resumed_pos": self.pos,
+                        "resumed_from": self.state_dir.resumed_from, "startup_s": time.time() - self.t_start,
                         "wall_s": time.time() - self.t_start, "time": time.time()})
 
     # ---- state ------------------------------------------------------------------------------------------------
@@ -254,8 +259,10 @@ class _Trainer:
 
     # ---- declared outputs -------------------------------------------------------------------------------------
 
-    def write_outputs(self) -> None:
-        run_dir, records = self.run_dir, self.log.records()
+    def outputs(self) -> dict[str, bytes]:
+        """The declared outputs' bytes by name relative to the run directory, manifests first, summary last."""
+        out: dict[str, bytes] = {}
+        records = self.log.records()
         ran = where_ran(device_name(self.device))
         done = {r["epoch"]: r for r in self.epoch_records}
         end = self.end or {"reason": "completed"}
@@ -269,9 +276,8 @@ class _Trainer:
                             "reason": end.get("detail", end["reason"])}
             manifest.update({"run": self.cfg.run, "seed": self.seed,
                              "config_sha256": self.digest["parts"]["config.json"], "where_ran": ran})
-            atomic_write_json(run_dir / "epochs" / f"epoch{ep:03d}.json", manifest)
-        atomic_write_text(run_dir / "train.jsonl",
-                          "".join(json.dumps(finite_json(r)) + "\n" for r in records))
+            out[f"epochs/epoch{ep:03d}.json"] = json_text(manifest).encode()
+        out["train.jsonl"] = "".join(json.dumps(finite_json(r)) + "\n" for r in records).encode()
         # Wall-clock of every attempt: the newest time stamp each attempt logged, minus its start.
         attempt_wall: dict[int, float] = {}
         for r in records:
@@ -280,7 +286,7 @@ class _Trainer:
                 attempt_wall[r["attempt"]] = max(attempt_wall.get(r["attempt"], 0.0), w)
         attempt_wall[self.attempt] = time.time() - self.t_start
         commit, dirty = git_commit()
-        atomic_write_json(run_dir / "run.json", finite_json({
+        out["run.json"] = json_text(finite_json({
             "run": self.cfg.run, "seed": self.seed, "config": self.cfg.to_dict(),
             "config_sha256": self.digest["parts"]["config.json"], "inputs_sha256": self.digest["parts"],
             "state_digest": self.digest["digest"], "model_config": dataclasses.asdict(self.mcfg),
@@ -291,10 +297,10 @@ class _Trainer:
             "train_pairs": self.num_pairs, "batches_per_epoch": len(self.batches),
             "source_lang": SRC_LANG, "target_lang": TGT_LANG,
             "git_commit": commit, "git_dirty": dirty, "attempts": self.attempt, "where_ran": ran,
-        }))
+        })).encode()
         target_tokens = sum(b[3] for b in self.batches)
         epochs_full = sum(1 for r in self.epoch_records if not r.get("partial"))
-        atomic_write_json(run_dir / "summary.json", finite_json({
+        out["summary.json"] = json_text(finite_json({
             "run": self.cfg.run, "seed": self.seed, "status": end["reason"],
             "final_loss": self.last_loss.get("loss"), "final_nll": self.last_loss.get("nll"),
             "final_loss_update": self.last_loss.get("update"),
@@ -307,17 +313,26 @@ class _Trainer:
             "target_tokens_trained": self.tokens_done,
             "tokens_per_s": self.tokens_done / self.train_s if self.train_s > 0 else None,
             "where_ran": ran,
-        }))
+        })).encode()
+        return out
 
 
 def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int) -> None:
-    """Train one run (resuming its unfinished state if any) and write its declared outputs."""
-    trainer = _Trainer(Path(run_dir), Path(config_json), Path(bpe_dir), threads)
-    try:
-        trainer.run()
-        trainer.log.write({"kind": "finished", "attempt": trainer.attempt, "status": (trainer.end or {}).get("reason"),
-                           "update": trainer.update, "wall_s": time.time() - trainer.t_start, "time": time.time()})
-        trainer.write_outputs()
-        trainer.state_dir.mark_finished({"digest": trainer.digest["digest"], "time": time.time()})
-    finally:
-        trainer.log.close()
+    """Train one run and write its declared outputs: resuming its unfinished state if any, or, when its state
+    finished with these inputs, only writing the outputs again. One trainer at a time per state/ (a lock)."""
+    run_dir, config_json, bpe_dir = Path(run_dir), Path(config_json), Path(bpe_dir)
+    with StateDir(run_dir).locked() as state_dir:
+        digest = run_digest(config_json, training_inputs(bpe_dir))
+        if state_dir.restore_finished(digest):
+            return
+        trainer = _Trainer(run_dir, config_json, bpe_dir, threads, state_dir, digest)
+        try:
+            trainer.run()
+            trainer.log.write({"kind": "finished", "attempt": trainer.attempt,
+                               "status": (trainer.end or {}).get("reason"), "update": trainer.update,
+                               "wall_s": time.time() - trainer.t_start, "time": time.time()})
+            outputs = trainer.outputs()
+            state_dir.finish(outputs, digest)  # first into state/, so a kill from here on loses nothing
+            write_outputs(run_dir, outputs)
+        finally:
+            trainer.log.close()
