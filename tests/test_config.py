@@ -11,6 +11,7 @@ import yaml
 
 from conftest import copy_repo, snakemake
 from lnrepro import config as cfg
+from lnrepro.config.settings import ScoreSettings
 from lnrepro.errors import LnReproError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +29,7 @@ def test_paper_config_is_the_papers(paper: dict) -> None:
     assert d["optim"]["betas"] == [0.9, 0.98] and d["optim"]["lr_max"] == 5e-4
     assert d["schedule"]["warmup_updates"] == 4000 and d["schedule"]["decay_epochs"] == [8]
     assert d["train"]["epochs"] == 20 and paper["seeds"] == [1, 2, 3]
-    assert d["eval"]["beam"] == 5 and d["eval"]["lenpen"] == 1.2
+    assert all(s["beam"] == 5 and s["lenpen"] == 1.2 and s["epochs"] == "all" for s in d["eval"]["splits"].values())
     assert len(paper["select"]) == 8
     assert paper["comparisons"]["figure4"]["runs"] == ["postln_warmup_isqrt", "preln_nowarmup_step8"]
     assert len(paper["comparisons"]) == 13
@@ -61,11 +62,86 @@ def test_every_slice_round_trips(paper: dict, tmp_path: Path) -> None:
 
 
 def test_a_slice_missing_a_key_names_it(paper: dict, tmp_path: Path) -> None:
-    d = cfg.experiment(paper).eval.to_dict()
-    del d["beam"]
+    d = cfg.experiment(paper).eval.scoring(("valid", "test")).to_dict()
+    del d["splits"]["test"]["beam"]
     (tmp_path / "eval.json").write_text(__import__("json").dumps(d))
-    with pytest.raises(LnReproError, match=r"eval.json: missing key beam"):
-        cfg.EvalSettings.read(tmp_path / "eval.json")
+    with pytest.raises(LnReproError, match=r"eval.json.splits.test: missing key beam"):
+        ScoreSettings.read(tmp_path / "eval.json")
+
+
+def _with_eval(config: dict, **splits: dict) -> dict:
+    """``config`` with defaults.eval.splits.{split} updated by each keyword's settings."""
+    out = copy.deepcopy(config)
+    for split, settings in splits.items():
+        out["defaults"]["eval"]["splits"][split].update(settings)
+    return out
+
+
+def test_paper_scores_every_split_at_every_epoch_in_one_group(paper: dict) -> None:
+    e = cfg.experiment(paper).eval
+    assert e.groups() == {("valid", "test"): tuple(range(1, 21))}
+    assert e.splits["test"].epochs == tuple(range(1, 21)) and e.due(7) == ("valid", "test")
+
+
+@pytest.mark.parametrize("epochs, scored", [("all", tuple(range(1, 21))), ("last", (20,)), ([20], (20,)),
+                                            ([15, "last", 5], (5, 15, 20)), ([], None)])
+def test_a_split_names_its_epochs(paper: dict, epochs, scored) -> None:
+    """all, last, a list of numbers and last (sorted), or [] (never: the split is left out)."""
+    e = cfg.experiment(_with_eval(paper, test={"beam": 1, "epochs": epochs})).eval
+    if scored is None:
+        assert list(e.splits) == ["valid"] and e.groups() == {("valid",): tuple(range(1, 21))}
+    else:
+        assert e.splits["test"].epochs == scored and e.splits["test"].beam == 1 and e.splits["valid"].beam == 5
+        assert e.groups()[("valid", "test")] == scored
+
+
+def test_groups_and_slices_of_per_split_settings(paper: dict) -> None:
+    """valid greedy at every epoch, test with beam 5 at epochs 10 and 20: two groups, each slice holding only its
+    splits' decoding (no epochs, so that changing test's epochs rewrites no slice)."""
+    e = cfg.experiment(_with_eval(paper, valid={"beam": 1}, test={"epochs": [10, "last"]})).eval
+    assert e.groups() == {("valid", "test"): (10, 20), ("valid",): (*range(1, 10), *range(11, 20))}
+    assert e.due(10) == ("valid", "test") and e.due(11) == ("valid",)
+    valid_only = e.scoring(("valid",)).to_dict()
+    assert list(valid_only["splits"]) == ["valid"] and valid_only["splits"]["valid"]["beam"] == 1
+    assert "epochs" not in valid_only["splits"]["valid"] and valid_only["max_tokens"] == 8000
+    assert e.scoring(("valid", "test")).splits["test"].beam == 5
+
+
+@pytest.mark.parametrize(
+    "splits, message",
+    [
+        ({"test": {"epochs": [5, 21]}},
+         r"defaults\.eval\.splits\.test\.epochs: epoch\(s\) \[21\] outside the training \(1\.\.20, train\.epochs"),
+        ({"test": {"epochs": [5, 10]}}, r"splits\.test\.epochs: \[5, 10\] does not hold the last epoch \(20\)"),
+        ({"valid": {"epochs": "last"}, "test": {"epochs": [10, "last"]}},
+         r"defaults\.eval\.splits: no split is scored at epoch\(s\) \[1, 2, 3, 4, 5, 6, 7, 8, 9, 11,"),
+        ({"valid": {"epochs": []}, "test": {"epochs": []}}, r"no split is scored at epoch\(s\) \[1, 2,"),
+    ],
+)
+def test_bad_split_epochs_are_rejected_by_key(paper: dict, splits: dict, message: str) -> None:
+    with pytest.raises(LnReproError, match=message):
+        cfg.validate_config(_with_eval(paper, **splits))
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda e: e["splits"]["test"].update(epochs="first"), r"key defaults\.eval\.splits\.test\.epochs:"),
+        (lambda e: e["splits"]["test"].update(epochs=[0, "last"]), r"key defaults\.eval\.splits\.test\.epochs:"),
+        (lambda e: e["splits"]["test"].update(epochs=[2, 2, "last"]), r"key defaults\.eval\.splits\.test\.epochs:"),
+        (lambda e: e["splits"]["valid"].update(beam=0), r"key defaults\.eval\.splits\.valid\.beam:"),
+        (lambda e: e["splits"]["valid"].pop("precision"), r"key defaults\.eval\.splits\.valid: 'precision' is a required"),
+        (lambda e: e["splits"].update(train=e["splits"]["valid"]), r"unknown key defaults\.eval\.splits\.train"),
+        (lambda e: e.update(beam=5), r"unknown key defaults\.eval\.beam"),
+        (lambda e: e.update(splits=["valid", "test"]), r"key defaults\.eval\.splits: \['valid', 'test'\] is not of type 'object'"),
+    ],
+)
+def test_bad_eval_forms_are_rejected_by_key(paper: dict, mutate, message: str) -> None:
+    """The schema: the old flat form (eval.beam, splits as a list) and bad per-split values name the key."""
+    bad = copy.deepcopy(paper)
+    mutate(bad["defaults"]["eval"])
+    with pytest.raises(LnReproError, match=message):
+        cfg.validate_config(bad)
 
 
 def test_model_settings_are_model_config_without_the_vocabulary() -> None:

@@ -45,12 +45,16 @@ def bleu(run: str, seed: int, ep: int) -> float:
     return round(10 + 3 * ep + RUNS.index(run) + 0.5 * seed, 2)
 
 
-def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | None = None) -> tuple[Path, Experiment]:
+def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | None = None,
+              scored: dict | None = None) -> tuple[Path, Experiment]:
     """Fabricate results/{exp}/ as the stages write it. ``diverge``: {(run, seed): epoch}; ``unevaluated``:
-    {(run, seed, epoch)} trained but not scored. Two layer-gradient formats: nested lists (as
-    lnrepro.train.gradstats returns them) and flat "enc.0.attn" keys."""
+    {(run, seed, epoch)} trained but not scored; ``scored``: {split: epochs} for a split not scored at every
+    epoch (eval.splits.{split}.epochs; its scoring JSONs hold it only there). Two layer-gradient formats: nested
+    lists (as lnrepro.train.gradstats returns them) and flat "enc.0.attn" keys."""
     diverge = diverge or {}
     unevaluated = unevaluated or set()
+    scored = {sp: scored.get(sp, list(range(1, EPOCHS + 1))) for sp in ("valid", "test")} if scored else {}
+    eval_splits = {sp: {**s, "epochs": scored.get(sp, s["epochs"])} for sp, s in DEMO["eval"]["splits"].items()}
     exp_dir = root / "results" / "fake"
     exp = Experiment.from_dict({
         **DEMO, "name": "fake", "select": RUNS, "seeds": SEEDS, "runs": {r: resolved(r) for r in RUNS},
@@ -60,7 +64,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
             "norm_warmup_isqrt": {"runs": ["postln_warmup_isqrt", "preln_warmup_isqrt"], "factor": "norm", "claim": "n"},
             "decay_preln_warmup": {"runs": ["preln_warmup_isqrt", "preln_warmup_step8"], "factor": "decay", "claim": "d"},
         },
-        "eval": {**DEMO["eval"], "splits": ["valid", "test"]},
+        "eval": {**DEMO["eval"], "splits": eval_splits},
         "notes": "DEMO NOTE: T_warmup, T_anchor and the decay epoch are scaled to 3 epochs.",
         "scaling": {"warmup_updates": 40, "decay_epochs": [2]},
         "deviations": ["Joint sentencepiece BPE instead of subword-nmt (DEVIATION-MARK)."],
@@ -121,7 +125,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
                         "loss": 5.0 / ep, "nll": 4.0 / ep, "loss_base2": 5.0 / ep / math.log(2),
                         "nll_base2": 4.0 / ep / math.log(2), "bleu_tok": b + (sp == "test"), "sacrebleu": b - 1,
                         "sacrebleu_signature": "nrefs:1|case:lc|tok:13a", "sentences": 10, "sent_per_s": 5.0}
-                        for sp in ("valid", "test")}}
+                        for sp in ("valid", "test") if ep in eval_splits[sp]["epochs"]}}
                 (rd / "eval" / f"epoch{ep:03d}.json").write_text(json.dumps(ev))
     return exp_dir, exp
 
@@ -238,7 +242,7 @@ def test_settings_tables(report):
     assert shared["schedule.decay_epochs"] == "[2]" and shared["optim.betas"] == "[0.9, 0.98]"
     assert shared["bpe.vocab_size"] == str(exp.bpe.vocab_size) and shared["train.epochs"] == str(EPOCHS)
     assert "model.norm" not in shared and list(shared)[-1] == "data.dataset" and shared["data.dataset"] == "synthetic"
-    assert kv["eval-settings"]["splits"] == '["valid", "test"]'
+    assert kv["eval-settings"]["splits.test.beam"] == "1" and kv["eval-settings"]["splits.valid.epochs"] == "[1, 2, 3]"
     assert kv["eval-settings"]["label_smoothing"] == "0.1"
 
 
@@ -338,6 +342,66 @@ def test_tuned_baselines_in_the_report(tmp_path):
     assert conf.loc["figure4_tuned", "runs"] == "postln_warmup_isqrt, preln_nowarmup_step8"
     assert conf.loc["figure4_tuned", "verdict"] == "confounded"
     assert "tuned against tuned" in conf.loc["figure4_tuned", "claim"]
+
+
+TUNED_GRIDS = {"g_post": {"base": "postln_warmup_isqrt", "values": {"schedule.warmup": [True, False]}, "seeds": SEEDS,
+                          "runs": ["postln_warmup_isqrt", "postln_nowarmup_isqrt"]},
+               "g_pre": {"base": "preln_nowarmup_step8", "values": {"schedule.warmup": [False, True]}, "seeds": SEEDS,
+                         "runs": ["preln_nowarmup_step8", "preln_warmup_isqrt"]}}
+
+
+def test_report_with_test_scored_at_the_last_epoch_only(tmp_path):
+    """eval.splits.test.epochs [last]: test's scores are NaN in epochs.csv and absent from scores_long.csv where
+    not scored, its per-epoch table has the last epoch's row only, its cells only the last-epoch budget (the
+    earlier epoch and the wall-clock budget need test there and at every epoch), and the claims and
+    tuned-against-tuned on test read it at the last epoch."""
+    exp_dir, exp = make_tree(tmp_path, diverge=DIVERGE, scored={"test": [EPOCHS]})
+    exp = Experiment.from_dict({**exp.to_dict(), "grids": TUNED_GRIDS})
+    index = make_report(exp_dir, exp, exp_dir / "report")
+    p = Tables()
+    p.feed(index.read_text())
+    tables = exp_dir / "report" / "tables"
+    epochs = pd.read_csv(tables / "epochs.csv")
+    ok = epochs[epochs["status"] == "ok"]
+    assert ok["valid_bleu_tok"].notna().all() and ok.loc[ok["epoch"] == EPOCHS, "test_bleu_tok"].notna().all()
+    assert ok.loc[ok["epoch"] < EPOCHS, "test_bleu_tok"].isna().all()
+    long = pd.read_csv(tables / "scores_long.csv")
+    assert set(long.loc[long["split"] == "test", "epoch"]) == {EPOCHS}
+    assert set(long.loc[long["split"] == "valid", "epoch"]) == set(range(1, EPOCHS + 1))
+    test = as_frame(p.tables["bleu-per-epoch-test"])
+    assert list(test.index) == [str(EPOCHS)]
+    vals = [bleu("postln_warmup_isqrt", s, EPOCHS) + 1 for s in SEEDS]
+    assert test.loc[str(EPOCHS), "postln_warmup_isqrt"] == f"{sum(vals) / 2:.2f} ± {pd.Series(vals).std():.2f}"
+    assert list(as_frame(p.tables["bleu-per-epoch"]).index) == [str(e) for e in range(1, EPOCHS + 1)]
+    cells = pd.read_csv(tables / "cells.csv")
+    assert set(cells.loc[cells["metric"].str.startswith("test_"), "budget"]) == {f"epoch {EPOCHS}"}
+    valid_budgets = set(cells.loc[cells["metric"].str.startswith("valid_"), "budget"])
+    assert {f"epoch {EPOCHS}", "epoch 2"} <= valid_budgets and any(b.startswith("wall-clock") for b in valid_budgets)
+    tuned = pd.read_csv(tables / "tuned.csv").set_index("metric")
+    row = tuned.loc["test_bleu_tok"]  # as in test_tuned_baselines_in_the_report: test at the last epoch
+    assert (row["run_a"], row["run_b"], row["n_a"], row["n_b"]) == ("postln_warmup_isqrt", "preln_nowarmup_step8", 2, 1)
+    assert row["mean_a"] == pytest.approx(sum(vals) / 2, abs=1e-4)
+    claims = pd.read_csv(tables / "claims.csv").set_index("id")
+    for claim in ("liu2020_postln_test_bleu", "liu2020_preln_test_bleu"):
+        assert claims.loc[claim, "measured_as"].endswith(f"test_bleu_tok at epoch {EPOCHS}")
+        assert not math.isnan(claims.loc[claim, "measured"])
+
+
+def test_a_claim_needing_an_unscored_epoch_says_so(tmp_path):
+    """valid scored at epochs 1 and 3 only (test at 2 and 3): the Figure 4 epoch-ratio claim needs valid at
+    epoch 2 (three quarters of 3), so it is not measured and says why; valid's cells leave out the earlier
+    epoch and the wall-clock budget."""
+    from lnrepro.analysis.claims import published
+
+    exp_dir, exp = make_tree(tmp_path, scored={"valid": [1, EPOCHS], "test": [2, EPOCHS]})
+    make_report(exp_dir, exp, exp_dir / "report")
+    claims = pd.read_csv(exp_dir / "report" / "tables" / "claims.csv").set_index("id")
+    (ratio,) = [c["id"] for c in published()["claims"] if c["measure"]["kind"] == "epoch_ratio"]
+    assert claims.loc[ratio, "status"] == "not measured"
+    assert "valid is not scored at epoch 2, which this claim needs (eval.splits.valid.epochs: 1, 3)" in \
+        claims.loc[ratio, "note"]
+    cells = pd.read_csv(exp_dir / "report" / "tables" / "cells.csv")
+    assert set(cells.loc[cells["metric"].str.startswith("valid_"), "budget"]) == {f"epoch {EPOCHS}"}
 
 
 def test_train_logs_parsed_generically(tmp_path):

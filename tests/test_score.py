@@ -23,8 +23,8 @@ torch.set_num_threads(1)
 
 DE = ["eins", "zwei", "drei", "vier", "fuenf", "sechs", "sieben", "acht"]
 EN = ["one", "two", "three", "four", "five", "six", "seven", "eight"]
-EVAL = {"beam": 4, "lenpen": 1.0, "splits": ["valid", "test"], "max_len_a": 0, "max_len_b": 20,
-        "max_tokens": 400, "precision": "fp32", "label_smoothing": 0.1}
+DECODE = {"beam": 4, "lenpen": 1.0, "max_len_a": 0, "max_len_b": 20, "precision": "fp32"}
+EVAL = {"splits": {"valid": DECODE, "test": DECODE}, "max_tokens": 400, "label_smoothing": 0.1}  # a scoring slice
 
 
 def _pairs(n: int, rng: random.Random) -> list[tuple[str, str, str]]:
@@ -137,9 +137,10 @@ def test_trained_model_scores_well_above_untrained(task):
         assert t["sentences"] == 30 and t["sent_per_s"] > 0 and t["decode_s"] > 0
     # the written JSON is what was returned; the .hyp files hold the tokenized hypotheses that were scored
     assert json.loads(out.read_text()) == json.loads(json.dumps(res_t))
-    assert res_t["epoch"] == 2 and res_t["status"] == "ok" and res_t["decode"]["beam"] == 4
-    assert set(res_t["decode"]) == {"beam", "lenpen", "max_len_a", "max_len_b", "max_tokens", "precision", "min_len",
-                                    "unk_penalty", "cached", "label_smoothing"}  # docs/outputs.md
+    assert res_t["epoch"] == 2 and res_t["status"] == "ok" and res_t["decode"]["test"]["beam"] == 4
+    assert set(res_t["decode"]) == {"valid", "test"} and res_t["label_smoothing"] == 0.1
+    assert set(res_t["decode"]["valid"]) == {"beam", "lenpen", "max_len_a", "max_len_b", "max_tokens", "precision",
+                                             "min_len", "unk_penalty", "cached"}  # docs/outputs.md
     assert set(res_t["where_ran"]) >= {"host", "device", "slurm_job_id"}
     hyp = read_lines(out.parent / "epoch002.test.hyp")
     assert len(hyp) == 30
@@ -175,15 +176,36 @@ def test_corrupt_weights_named(task, tmp_path):
     assert not (tmp_path / "out.json").exists()
 
 
-@pytest.mark.parametrize("key,value,msg", [("beam", None, "missing key.*beam"),
-                                           ("beams", 5, "unknown key.*beams")])
-def test_bad_eval_json(task, tmp_path, key, value, msg):
-    """eval.json is read with EvalSettings.read: a missing or unknown key is an error naming it."""
-    cfg = dict(EVAL)
+def test_scores_only_the_slice_splits_each_with_its_decoding(task, tmp_path):
+    """A slice of test alone, greedy with a maximum length of 3: the result and the hypotheses are test's only,
+    decoded as that split says (no hypothesis longer than 3 tokens; valid's beam 4 and length 20 unused)."""
+    greedy = {"splits": {"test": {**DECODE, "beam": 1, "max_len_b": 3}}, "max_tokens": 400, "label_smoothing": 0.1}
+    path = tmp_path / "eval_test.json"
+    path.write_text(json.dumps(greedy))
+    out = tmp_path / "eval" / "epoch002.json"
+    res = score_checkpoint(task["trained"], path, task["bpe"], task["prepared"], out, threads=1)
+    assert set(res["splits"]) == {"test"} and set(res["decode"]) == {"test"}
+    assert (res["decode"]["test"]["beam"], res["decode"]["test"]["max_len_b"]) == (1, 3)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["epoch002.json", "epoch002.test.hyp"]
+    hyp = read_lines(out.parent / "epoch002.test.hyp")
+    assert len(hyp) == 30 and max(len(h.split()) for h in hyp) <= 3
+    full, _ = _score(task, task["trained"])
+    assert res["splits"]["test"]["bleu_tok"] < full["splits"]["test"]["bleu_tok"]  # the length bound bites
+    assert res["splits"]["test"]["loss"] == pytest.approx(full["splits"]["test"]["loss"])  # decoding aside
+
+
+@pytest.mark.parametrize("where,key,value,msg", [(("splits", "test"), "beam", None, r"splits\.test: missing key beam"),
+                                                 ((), "beams", 5, "unknown key.*beams")])
+def test_bad_eval_json(task, tmp_path, where, key, value, msg):
+    """A scoring slice is read with ScoreSettings.read: a missing or unknown key is an error naming it."""
+    cfg = json.loads(json.dumps(EVAL))
+    section = cfg
+    for k in where:
+        section = section[k]
     if value is None:
-        del cfg[key]
+        del section[key]
     else:
-        cfg[key] = value
+        section[key] = value
     bad = tmp_path / "eval.json"
     bad.write_text(json.dumps(cfg))
     with pytest.raises(LnReproError, match=msg):

@@ -59,12 +59,24 @@ FAIRSEQ_DICTS = {"de": 8848, "en": 6632}
 PAPER_PARAMS_M = {"fairseq": 39.47, "joint": 41.78}
 
 
+def _per_split(experiment: Experiment, name: str) -> dict[str, Any]:
+    """A split's setting (``eval.beam``) of every scored split: {"valid": 1, "test": 5}."""
+    return {split: getattr(s, name) for split, s in experiment.eval.splits.items()}
+
+
 def used_value(experiment: Experiment, key: str) -> Any:
-    """A setting's value in the experiment: eval.* and bpe.* from their sections, a run setting as its
-    distinct values over the selected runs (one value when they agree)."""
+    """A setting's value in the experiment: bpe.* and the shared eval.* from their sections, ``eval.splits`` as
+    the scored splits, a split's setting (eval.beam) as its value when every split has it, else "valid 1, test
+    5"; a run setting as its distinct values over the selected runs (one value when they agree)."""
     section, _, name = key.partition(".")
-    if section in ("eval", "bpe"):
+    if key == "eval.splits":
+        return tuple(experiment.eval.splits)
+    if section == "bpe" or (section == "eval" and hasattr(experiment.eval, name)):
         return getattr(getattr(experiment, section), name)
+    if section == "eval":
+        values = _per_split(experiment, name)
+        return next(iter(values.values())) if len(set(values.values())) == 1 else \
+            ", ".join(f"{split} {v}" for split, v in values.items())
     distinct = list({repr(v): v for v in (experiment.runs[r].flat()[key] for r in experiment.select)}.items())
     return distinct[0][1] if len(distinct) == 1 else ", ".join(text for text, _ in distinct)
 
@@ -97,10 +109,13 @@ def _setup_deviations(experiment: Experiment, setup: list[dict[str, Any]]) -> li
     out = []
     for entry in setup:
         key, paper = entry["key"], entry["value"]
-        if key.startswith("eval."):
-            value = used_value(experiment, key)
-            if _as_list(value) != _as_list(paper):
-                out.append(f"{key} {value!r} instead of the paper's {paper!r} ({entry['source']}).")
+        if key.startswith("eval."):  # a split's decoding setting: per split, grouped by value
+            splits: dict[str, list[str]] = {}
+            for split, value in _per_split(experiment, key.partition(".")[2]).items():
+                if _as_list(value) != _as_list(paper):
+                    splits.setdefault(repr(value), []).append(split)
+            out += [f"{key} {v} on {', '.join(names)} instead of the paper's {paper!r} ({entry['source']})."
+                    for v, names in splits.items()]
             continue
         by_value: dict[str, list[str]] = {}
         for run in experiment.select:

@@ -86,9 +86,9 @@ class Paths:
     def epoch_manifests(self, epochs: int, run: str = "{run}", seed: str | int = "{seed}") -> list[str]:
         return [self.epoch_manifest(run, seed, f"{ep:03d}") for ep in range(1, epochs + 1)]
 
-    @property
-    def eval_json(self) -> str:
-        return f"{self.root}/eval.json"
+    def eval_json(self, suffix: str = "") -> str:
+        """The scoring slice of one group of scoring jobs: eval.json (every split), eval_{splits}.json (some)."""
+        return f"{self.root}/eval{suffix}.json"
 
     def score(self, run: str = "{run}", seed: str | int = "{seed}", ep: str = "{ep}") -> str:
         return f"{self.run_dir(run, seed)}/eval/epoch{ep}.json"

@@ -4,12 +4,18 @@ import json
 
 from lnrepro.io import atomic_write_json
 
+# Scoring: the splits scored together at some epochs (EvalSettings.groups) have one rule and one slice each,
+# named by a suffix: none for the group of every split (score_checkpoint, eval.json), else _{splits}
+# (score_checkpoint_valid, eval_valid.json). A slice holds only its splits' settings, so a split's change
+# rescores only the checkpoints that score that split.
+SCORING = {splits: "" if splits == tuple(X.eval.splits) else "_" + "_".join(splits) for splits in X.eval.groups()}
+
 # Each stage reads its settings from one JSON slice of the loaded config (lnrepro.config.settings); a rule
 # reruns exactly when its slice changes (Snakemake's params trigger).
 SLICES = {
     "data": X.data.to_dict(),
     "bpe": X.bpe.to_dict(),
-    "eval": X.eval.to_dict(),
+    **{"eval" + suffix: X.eval.scoring(splits).to_dict() for splits, suffix in SCORING.items()},
     "experiment": X.to_dict(),
 }
 

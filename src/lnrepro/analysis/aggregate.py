@@ -75,7 +75,7 @@ def _epochs_on_disk(folder: Path) -> set[int]:
 def primary_split(experiment: Experiment) -> str:
     """The split of the report's headline numbers: 'valid' (validation loss, as the paper) when scored."""
     splits = experiment.eval.splits
-    return "valid" if "valid" in splits else splits[0]
+    return "valid" if "valid" in splits else next(iter(splits))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -84,7 +84,8 @@ def primary_split(experiment: Experiment) -> str:
 
 def epoch_table(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
     """One row per (run, seed, epoch): status, updates, training wall-clock at the end of that epoch,
-    evaluation wall-clock, and every split's scores as ``{split}_{metric}`` columns.
+    evaluation wall-clock, and every scored split's scores as ``{split}_{metric}`` columns (NaN at an epoch the
+    split is not scored at: ``eval.splits.{split}.epochs``).
 
     ``status`` is ``diverged`` when the manifest, the evaluation or summary.json says so,
     ``ok`` when scored, ``not evaluated`` when trained but not yet scored, ``missing`` otherwise.

@@ -9,7 +9,8 @@ seed needs to reach ``target_fraction`` of the best seed-mean BLEU.
 
 A seed's outcome at a budget is ``ok``, ``diverged`` or ``stopped`` (failures: left out of the fits, counted
 in the failure rates), ``not reached`` (finished without reaching the BLEU target) or ``missing`` (not
-trained or scored that far yet).
+trained or scored that far yet). A split is observed only at the budgets its scored epochs
+(``eval.splits.{split}.epochs``) allow: ``scored_budgets``.
 """
 
 from __future__ import annotations
@@ -74,6 +75,15 @@ def budgets(epochs: pd.DataFrame, n_epochs: int, settings: ReportSettings) -> li
         out.append(Budget(f"wall-clock {wall:.0f} s", "wall", wall_s=wall))
     out.append(Budget(f"{settings.target_fraction:.0%} of the best BLEU", "target"))
     return out
+
+
+def scored_budgets(budget_list: Iterable[Budget], scored: Sequence[int], n_epochs: int) -> list[Budget]:
+    """The budgets a split scored at epochs ``scored`` can be observed at: an epoch budget at a scored epoch, the
+    wall-clock budget only when every epoch is scored (it interpolates between consecutive checkpoints), the
+    BLEU target at the scored epochs."""
+    every = set(scored) >= set(range(1, n_epochs + 1))
+    return [b for b in budget_list
+            if b.kind == "target" or (b.kind == "wall" and every) or (b.epoch is not None and b.epoch in scored)]
 
 
 def _at_wall(g: pd.DataFrame, wall: float, cols: Sequence[str]) -> tuple[list[float], str]:
@@ -202,5 +212,5 @@ def budget_table(prog: pd.DataFrame, budget_list: Iterable[Budget], runs: Sequen
     return pd.DataFrame(rows)
 
 
-__all__ = ["Budget", "budgets", "observations", "cell_table", "failure_table", "budget_table", "mean_interval",
+__all__ = ["Budget", "budgets", "scored_budgets", "observations", "cell_table", "failure_table", "budget_table", "mean_interval",
            "best_bleu", "three_quarters", "metric_columns"]

@@ -117,6 +117,17 @@ def scale_of(experiment: Experiment, run: str) -> tuple[str, bool]:
     return text, experiment.data.dataset == paper["dataset"] and size == paper["model"]
 
 
+def _unscored(ev: Evidence, split: str, epoch: int) -> str:
+    """Why ``split`` has no score at ``epoch`` by the configuration (``eval.splits``), else ""."""
+    s = ev.experiment.eval.splits.get(split)
+    if s is None:
+        return f"{split} is not scored (eval.splits.{split}.epochs)"
+    if epoch not in s.epochs:
+        return (f"{split} is not scored at epoch {epoch}, which this claim needs (eval.splits.{split}.epochs: "
+                f"{', '.join(map(str, s.epochs))})")
+    return ""
+
+
 def _cell_value(ev: Evidence, run: str, metric: str) -> pd.Series | None:
     """The last epoch's row of the cell table for ``run`` and ``metric``."""
     c = ev.cells
@@ -135,6 +146,9 @@ def _measure_cell(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     metric = f"{m['split']}_{m['metric']}"
     scale, at_scale = scale_of(ev.experiment, run)
     notes = [] if meeting else [f"settings differ: {'; '.join(_differences(ev.experiment, run, settings))}"]
+    unscored = _unscored(ev, m["split"], ev.experiment.epochs)
+    if unscored:
+        return Measured(scale=scale, at_scale=at_scale, note="; ".join([*notes, unscored]))
     row = _cell_value(ev, run, metric)
     if row is None or row["n"] == 0:
         left = f"{int(row['n_left_out'])} failed, {int(row['n_missing'])} missing" if row is not None else "not scored"
@@ -158,6 +172,10 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
         return Measured(note=f"needs a selected run for {_levels(m['fast'])} and for {_levels(m['slow'])}")
     fast_run, slow_run = fast[0], slow[0]
     k = max(1, math.floor(m["at"] * ev.experiment.epochs + 0.5))
+    scale, at_scale = scale_of(ev.experiment, fast_run)
+    unscored = _unscored(ev, m["split"], k)
+    if unscored:
+        return Measured(scale=scale, at_scale=at_scale, note=unscored)
     col = f"{m['split']}_bleu_tok"
     e = ev.epochs
     ratios, left = [], 0
@@ -169,8 +187,11 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
             left += 1
         else:
             ratios.append(first / k)
-    scale, at_scale = scale_of(ev.experiment, fast_run)
-    note = f"{left} seed(s) left out (not scored, failed, or never reaching the target)" if left else ""
+    notes = [f"{left} seed(s) left out (not scored, failed, or never reaching the target)"] if left else []
+    scored = ev.experiment.eval.splits[m["split"]].epochs
+    if len(scored) < ev.experiment.epochs:  # the first epoch at the target is the first scored one at it
+        notes.append(f"{m['split']} scored at epochs {', '.join(map(str, scored))} only")
+    note = "; ".join(notes)
     if not ratios:
         return Measured(scale=scale, at_scale=at_scale, note=note or "no seed trained in both cells")
     mean, _, lo, hi = mean_interval(ratios)

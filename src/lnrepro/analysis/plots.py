@@ -102,14 +102,16 @@ def _figure_legend(fig: plt.Figure, axes: Any, ncol: int = 4) -> None:
 def _curves(ax: plt.Axes, run_epochs: pd.DataFrame, runs: list[str], col: str, x: str,
             styles: dict[str, dict[str, Any]]) -> bool:
     """Per run, the seed mean of ``col`` against ``x`` (a run_epochs column) with a band from the seed minimum to
-    maximum; on the epoch axis a cross marks a run's first diverged epoch. True when a value was drawn."""
+    maximum, over the checkpoints with a score (a split scored at some epochs only is drawn through those); on
+    the epoch axis a cross marks a run's first diverged epoch. True when a value was drawn."""
     drawn = False
     have = {f"{col}_mean", x} <= set(run_epochs.columns)
     for run in runs if have else []:
         g = run_epochs[run_epochs["run"] == run].sort_values("epoch")
-        st = styles.get(run, {})
-        ax.plot(g[x], g[f"{col}_mean"], marker="o", markersize=3, label=_label(run, g), **st)
-        ax.fill_between(g[x], g[f"{col}_min"], g[f"{col}_max"], color=st.get("color"), alpha=0.15, linewidth=0)
+        st, scored = styles.get(run, {}), g[g[f"{col}_mean"].notna()]
+        ax.plot(scored[x], scored[f"{col}_mean"], marker="o", markersize=3, label=_label(run, g), **st)
+        ax.fill_between(scored[x], scored[f"{col}_min"], scored[f"{col}_max"], color=st.get("color"), alpha=0.15,
+                        linewidth=0)
         div = g[g["status"] == "diverged"]
         if len(div) and x == "epoch":
             ax.plot([div["epoch"].iloc[0]], [0], marker="x", color=st.get("color"), markersize=9,

@@ -112,8 +112,12 @@ def score_cell(row: pd.Series, col: str, digits: int = 2) -> str:
     return s
 
 
-def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: Sequence[str], digits: int = 2) -> pd.DataFrame:
-    """Rows: epoch; columns: runs (in ``select`` order); one formatted value per run per epoch."""
+def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: Sequence[str], digits: int = 2,
+                    epochs: Sequence[int] | None = None) -> pd.DataFrame:
+    """Rows: epoch (only ``epochs``, the ones the column's split is scored at, when given); columns: runs (in
+    ``select`` order); one formatted value per run per epoch."""
+    if epochs is not None:
+        run_epochs = run_epochs[run_epochs["epoch"].isin(epochs)]
     if run_epochs.empty:
         return pd.DataFrame()
     cells = run_epochs.assign(cell=run_epochs.apply(lambda r: score_cell(r, col, digits), axis=1))
@@ -288,10 +292,11 @@ class _Context:
         src = _esc(self.rel(self.figures[key]))
         return f'<figure><img src="{src}" alt="{_esc(caption)}"><figcaption>{_esc(caption)}</figcaption></figure>'
 
-    def per_epoch(self, heading: str, col: str, table_id: str, digits: int = 2) -> list[str]:
-        """A heading and the per run per epoch table of one score column."""
-        return [f"<h3>{_esc(heading)}</h3>",
-                _table(per_epoch_table(self.agg.run_epochs, col, self.experiment.select, digits), table_id)]
+    def per_epoch(self, heading: str, split: str, metric: str, table_id: str, digits: int = 2) -> list[str]:
+        """A heading and the per run per epoch table of one score of ``split``, at the epochs it is scored at."""
+        epochs = self.experiment.eval.splits[split].epochs
+        table = per_epoch_table(self.agg.run_epochs, f"{split}_{metric}", self.experiment.select, digits, epochs)
+        return [f"<h3>{_esc(heading)}</h3>", _table(table, table_id)]
 
 
 def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
@@ -334,7 +339,7 @@ def _what_was_run(ctx: _Context) -> list[str]:
         "<h3>Runs</h3>", _table(_run_factors(e), "runs"),
         "<h3>Settings shared by all runs</h3>", _kv_table(_shared_settings(e), "shared-settings"),
         # sorted by key, as the shared settings
-        "<h3>Evaluation settings</h3>", _kv_table(sorted(e.eval.to_dict().items()), "eval-settings"),
+        "<h3>Evaluation settings</h3>", _kv_table(sorted(flatten(e.eval.to_dict()).items()), "eval-settings"),
     ]
 
 
@@ -345,7 +350,8 @@ def _figure4(ctx: _Context) -> list[str]:
         "<p>The figures show the paper's two runs (<code>comparisons.figure4</code>: "
         f"{_esc(' vs '.join(pair) or 'not configured or not selected')}): validation loss (base 2, "
         "label-smoothed, as fairseq reports it) and tokenized BLEU (BLEU-4 on the Moses-tokenized lowercased text, "
-        "as the paper and fairseq report it) at every checkpoint (one per epoch), the seed mean with a band from the "
+        "as the paper and fairseq report it) at every checkpoint (one per epoch) that scores the split "
+        "(<code>eval.splits</code>), the seed mean with a band from the "
         "seed minimum to maximum, and the paper's published points where the dataset and model size are the "
         "paper's. The tables give every run: means over seeds ± standard deviation. "
         "<strong>diverged</strong> marks a run/epoch that diverged (no checkpoint to score); "
@@ -354,15 +360,15 @@ def _figure4(ctx: _Context) -> list[str]:
         "<p>The same checkpoints against updates and against training wall-clock: equal checkpoints are not "
         "equal time.</p>",
         ctx.figure("figure4_time", "Figure 4's curves against updates and training wall-clock"),
-        *ctx.per_epoch(f"Tokenized BLEU on {split}, per run per epoch", f"{split}_bleu_tok", "bleu-per-epoch"),
-        *ctx.per_epoch(f"Validation loss (base 2) on {split}, per run per epoch", f"{split}_loss_base2",
+        *ctx.per_epoch(f"Tokenized BLEU on {split}, per run per epoch", split, "bleu_tok", "bleu-per-epoch"),
+        *ctx.per_epoch(f"Validation loss (base 2) on {split}, per run per epoch", split, "loss_base2",
                        "loss-per-epoch", 3),
     ]
     for sp in splits:
         if sp != split:
-            parts += ctx.per_epoch(f"Tokenized BLEU on {sp}", f"{sp}_bleu_tok", f"bleu-per-epoch-{sp}")
+            parts += ctx.per_epoch(f"Tokenized BLEU on {sp}", sp, "bleu_tok", f"bleu-per-epoch-{sp}")
     for sp in splits:
-        parts += ctx.per_epoch(f"sacreBLEU (detokenized, against the raw references) on {sp}", f"{sp}_sacrebleu",
+        parts += ctx.per_epoch(f"sacreBLEU (detokenized, against the raw references) on {sp}", sp, "sacrebleu",
                                f"sacrebleu-per-epoch-{sp}")
     return parts + [
         f"<h3>Checkpoints and time to a common BLEU</h3><p>Target: 95% of the best seed-mean tokenized BLEU any "

@@ -70,12 +70,15 @@ def build(exp_dir: Path, experiment: Experiment, agg: ag.Aggregate, gradinit: pd
     when not computed) feed the claims of Theorem 1 and Figure 3."""
     settings, split, epochs = experiment.analysis.report, agg.split, agg.epochs
     prog = tb.progress(epochs, ag.summary_table(exp_dir, experiment), experiment)
-    budget_list = bu.budgets(epochs, experiment.epochs, settings)
+    # each split at the budgets its scored epochs allow; every split is scored at the last epoch (config check)
+    scored = {sp: s.epochs for sp, s in experiment.eval.splits.items()}
+    budget_list = bu.scored_budgets(bu.budgets(epochs, experiment.epochs, settings), scored[split], experiment.epochs)
     last = budget_list[0].label
     target = settings.target_fraction * bu.best_bleu(epochs, split)
     obs = bu.observations(epochs, budget_list, split, target, experiment.epochs)
     at_epochs = [b for b in budget_list if b.kind != "target"]
-    other = pd.concat([bu.observations(epochs, at_epochs, sp, target, experiment.epochs)
+    other = pd.concat([bu.observations(epochs, bu.scored_budgets(at_epochs, scored[sp], experiment.epochs), sp,
+                                       target, experiment.epochs)
                        for sp in experiment.eval.splits if sp != split] or [obs.iloc[0:0]], ignore_index=True)
     cells = bu.cell_table(pd.concat([obs, other], ignore_index=True), experiment.select)
     design, design_notes = ef.design(experiment)

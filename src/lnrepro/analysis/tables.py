@@ -3,18 +3,19 @@
 - ``progress``: per (run, seed, epoch), the training facts at the end of the epoch: updates so far, target
   tokens seen, training wall-clock, the learning rate of the epoch's last update, and a status that says
   where a run diverged.
-- ``scores_long``: tables/scores_long.csv, every run x seed x epoch x split x metric as one row.
+- ``scores_long``: tables/scores_long.csv, every run x seed x epoch x split x metric as one row (a split only at
+  the epochs it is scored at).
 - ``run_facts``: tables/runs.csv, every selected run's resolved configuration and execution facts.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
 
-from ..config.settings import FACTOR_KEYS, Experiment
+from ..config.settings import FACTOR_KEYS, Experiment, SplitEval
 from ..train.schedule import lr_at
 from . import aggregate as ag
 
@@ -71,12 +72,13 @@ def _cell(value: Any) -> Any:
     return int(v) if v.is_integer() and abs(v) < 2 ** 53 else float(f"{v:.6g}")
 
 
-def scores_long(epochs: pd.DataFrame, prog: pd.DataFrame, splits: tuple[str, ...]) -> pd.DataFrame:
+def scores_long(epochs: pd.DataFrame, prog: pd.DataFrame, splits: Mapping[str, SplitEval]) -> pd.DataFrame:
     """One row per (run, seed, epoch, split, metric): every split's scores (tokenized BLEU, sacreBLEU, loss
-    and NLL in nats and base 2; NaN where not scored) and, under split "train", the training facts."""
+    and NLL in nats and base 2) at the epochs it is scored at (NaN where that scoring has no result: diverged,
+    not yet run) and, under split "train", the training facts."""
     keys = ["run", "seed", "epoch"]
-    scores = [epochs[keys + [f"{sp}_{m}" for m in ag.SPLIT_METRICS]]
-              .rename(columns={f"{sp}_{m}": m for m in ag.SPLIT_METRICS}).assign(split=sp) for sp in splits]
+    scores = [epochs[epochs["epoch"].isin(s.epochs)][keys + [f"{sp}_{m}" for m in ag.SPLIT_METRICS]]
+              .rename(columns={f"{sp}_{m}": m for m in ag.SPLIT_METRICS}).assign(split=sp) for sp, s in splits.items()]
     parts = [s.melt(id_vars=keys + ["split"], var_name="metric") for s in scores]
     parts.append(prog.assign(split=TRAIN_SPLIT).melt(id_vars=keys + ["split"], var_name="metric"))
     long = pd.concat(parts, ignore_index=True)

@@ -117,7 +117,7 @@ def main(args: argparse.Namespace) -> None:
     from ..io import atomic_write_json, cpu_name, where_ran
     from . import tables
     from .corpus import open_corpus
-    from .sizes import EVAL, SIZES
+    from .sizes import DECODING, SIZES
     from .timing import log
 
     plan = QUICK if args.quick else DEFAULT
@@ -179,7 +179,7 @@ def main(args: argparse.Namespace) -> None:
 
             result["score"] = measure_scoring(corpus, small, (weights, info), work, reps, plan.pair_sentences,
                                               plan.job_sentences, args.threads)
-            emit(f"scoring ({EVAL['precision']}, beam {EVAL['beam']}, length penalty {EVAL['lenpen']})\n"
+            emit(f"scoring ({DECODING['precision']}, beam {DECODING['beam']}, length penalty {DECODING['lenpen']})\n"
                  + tables.scoring(result["score"]))
         if "prepare" in only:
             from .prepare import measure_prepare

@@ -22,7 +22,7 @@ from .batches import index_batches, make_batch
 from .checkpoints import write_run
 from .corpus import Corpus
 from .score import first_test_sentences
-from .sizes import EVAL, MAX_TOKENS, SIZES, Size
+from .sizes import MAX_TOKENS, SIZES, Size, eval_slice
 from .timing import interleave, log, summary, timed
 from .train import SEED, project_optimizer, project_step
 
@@ -70,7 +70,7 @@ def scoring_growth(corpus: Corpus, size: Size, weights: Path, updates: int, coun
         run_dir = work / f"growth-{count}"
         manifests = write_run(run_dir, weights, count, updates)
         eval_json = run_dir / "eval.json"
-        atomic_write_json(eval_json, {**EVAL, "splits": ["test"]})
+        atomic_write_json(eval_json, eval_slice(["test"]))
         log(f"growth: scoring {count} checkpoint(s) on {sentences} test sentences")
 
         def score_all() -> None:

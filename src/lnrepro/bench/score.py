@@ -17,17 +17,17 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from ..config import EvalSettings
+from ..config.settings import SplitDecoding
 from ..evaluate.score import decode_options, score_checkpoint
 from ..evaluate.search import translate
 from ..io import atomic_write_json, atomic_write_lines, read_lines
 from ..model import load_model
 from .checkpoints import untrained_weights, write_run
 from .corpus import Corpus
-from .sizes import EVAL, Size
+from .sizes import DECODING, EVAL_MAX_TOKENS, EVAL_SPLITS, Size, eval_slice
 from .timing import ab, interleave, log, timed
 
-DECODE = decode_options(EvalSettings.from_dict(EVAL))  # exactly the options score_checkpoint decodes with
+DECODE = decode_options(SplitDecoding.from_dict(DECODING), EVAL_MAX_TOKENS)  # exactly the options score_checkpoint decodes with
 
 
 def beam_pair(weights: Path, seqs: list[list[int]], reps: int) -> dict:
@@ -65,7 +65,7 @@ def scoring_job(label: str, weights: Path, updates: int, bpe_dir: Path, prepared
     run_dir = work / label
     (manifest,) = write_run(run_dir, weights, 1, updates)
     eval_json = run_dir / "eval.json"
-    atomic_write_json(eval_json, {**EVAL, "splits": splits})
+    atomic_write_json(eval_json, eval_slice(splits))
     log(f"scoring job ({label}): score_checkpoint on {', '.join(splits)}")
     result, wall = timed(lambda: score_checkpoint(manifest, eval_json, bpe_dir, prepared,
                                                   run_dir / "eval" / "epoch001.json", threads))
@@ -87,7 +87,7 @@ def measure_scoring(corpus: Corpus, size: Size, trained: tuple[Path, dict], work
     sub_bpe, sub_prep = first_test_sentences(bpe_dir, corpus.prepared, job_sentences, work / "test-subset")
     untrained = untrained_weights(size, work)
     out["jobs"] = [
-        scoring_job("trained-ish", weights, info["updates"], bpe_dir, corpus.prepared, list(EVAL["splits"]),
+        scoring_job("trained-ish", weights, info["updates"], bpe_dir, corpus.prepared, list(EVAL_SPLITS),
                     work, threads),
         scoring_job("trained-ish-subset", weights, info["updates"], sub_bpe, sub_prep, ["test"], work, threads),
         scoring_job("untrained-subset", untrained, 0, sub_bpe, sub_prep, ["test"], work, threads),

@@ -7,7 +7,7 @@ measures the cost of a shape, and it must keep running while the configuration l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # lnrepro.model imports torch; the CLI reads SIZES to build its parser without it
     from ..model import ModelConfig
@@ -46,6 +46,12 @@ OPTIM = {"lr": 5e-4, "betas": (0.9, 0.98), "eps": 1e-8, "weight_decay": 1e-4}
 LABEL_SMOOTHING = 0.1
 MAX_TOKENS = 4096  # config.yaml defaults.train.max_tokens (the paper's batch)
 BATCH_MULTIPLE = 8  # train.required_batch_size_multiple
-# config.yaml defaults.eval (the Multi30k preset keeps them) plus the label smoothing score_checkpoint reads
-EVAL = {"beam": 5, "lenpen": 1.2, "max_len_a": 0, "max_len_b": 200, "splits": ["valid", "test"],
-        "max_tokens": 8000, "precision": "fp32", "label_smoothing": LABEL_SMOOTHING}
+# config.yaml defaults.eval (the Multi30k preset keeps it): every split decoded alike, both splits scored
+DECODING = {"beam": 5, "lenpen": 1.2, "max_len_a": 0, "max_len_b": 200, "precision": "fp32"}
+EVAL_SPLITS = ("valid", "test")
+EVAL_MAX_TOKENS = 8000
+
+
+def eval_slice(splits: Sequence[str]) -> dict:
+    """The scoring slice (ScoreSettings) of ``splits`` as the workflow writes it, with the label smoothing."""
+    return {"splits": {s: DECODING for s in splits}, "max_tokens": EVAL_MAX_TOKENS, "label_smoothing": LABEL_SMOOTHING}

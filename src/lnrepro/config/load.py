@@ -141,6 +141,7 @@ def check_semantics(config: dict) -> None:
     counts = {name: run.train.epochs for name, run in resolved.items()}
     if len(set(counts.values())) > 1:
         raise LnReproError(f"config: train.epochs must be the same for every selected run, got {counts}")
+    eval_settings(config)  # resolving the epochs each split is scored at checks them
     _check_analysis(config, runs, resolved)
 
 
@@ -279,10 +280,37 @@ def data_settings(config: dict) -> DataSettings:
     return DataSettings(name, {k: v for k, v in data.get(name, {}).items() if k not in LOCATION_KEYS})
 
 
+def _scored_epochs(spec: str | list, epochs: int, key: str) -> tuple[int, ...]:
+    """A split's ``epochs`` (all, last, a list of numbers and last) as ascending epoch numbers."""
+    if spec == "all":
+        return tuple(range(1, epochs + 1))
+    listed = [epochs if e == "last" else e for e in ([spec] if spec == "last" else spec)]
+    outside = [e for e in listed if not 1 <= e <= epochs]
+    if outside:
+        raise LnReproError(f"config: {key}: epoch(s) {outside} outside the training (1..{epochs}, train.epochs)")
+    if listed and epochs not in listed:
+        raise LnReproError(f"config: {key}: {spec} does not hold the last epoch ({epochs}): every scored split is "
+                           "scored there, where the report compares the runs (add last)")
+    return tuple(sorted(set(listed)))
+
+
 def eval_settings(config: dict) -> EvalSettings:
-    return EvalSettings.from_dict({**config["defaults"]["eval"],
-                                   "label_smoothing": config["defaults"]["optim"]["label_smoothing"]},
-                                  "defaults.eval")
+    """defaults.eval resolved: each split's epochs as numbers (a split scored at none left out), the validation
+    loss's label smoothing from defaults.optim. A listed epoch outside the training, a list without the last
+    epoch, or an epoch that scores no split (each checkpoint has one scoring job) is an error naming the key."""
+    spec, where = config["defaults"]["eval"], "defaults.eval.splits"
+    epochs = resolve_run(config, selected_runs(config)[0]).train.epochs  # equal for every selected run
+    splits = {}
+    for name, split in spec["splits"].items():
+        scored = _scored_epochs(split["epochs"], epochs, f"{where}.{name}.epochs")
+        if scored:
+            splits[name] = {**split, "epochs": scored}
+    unscored = sorted(set(range(1, epochs + 1)) - {e for s in splits.values() for e in s["epochs"]})
+    if unscored:
+        raise LnReproError(f"config: {where}: no split is scored at epoch(s) {unscored}: every checkpoint has one "
+                           "scoring job, which scores at least one split (e.g. valid: {epochs: all})")
+    return EvalSettings.from_dict({"splits": splits, "max_tokens": spec["max_tokens"],
+                                   "label_smoothing": config["defaults"]["optim"]["label_smoothing"]}, "defaults.eval")
 
 
 def experiment(config: dict) -> Experiment:

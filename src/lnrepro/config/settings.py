@@ -147,17 +147,68 @@ class TrainSettings(Section):
 
 
 @dataclass(frozen=True)
-class EvalSettings(Section):
-    """What ``eval.json`` holds: decoding and scoring settings shared by every checkpoint."""
+class SplitDecoding(Section):
+    """How one split is decoded: the settings of ``lnrepro.evaluate.DecodeOptions`` a config chooses per split
+    (min_len, unk_penalty and the KV cache keep fairseq's defaults; max_tokens is shared: ``ScoreSettings``)."""
 
-    beam: int
+    beam: int  # 1: greedy
     lenpen: float
     max_len_a: float
     max_len_b: int
-    splits: tuple[str, ...]
+    precision: str  # fp32 | bf16 (autocast), also of the split's validation loss
+
+
+@dataclass(frozen=True)
+class SplitEval(SplitDecoding):
+    """``eval.splits.{split}``: its decoding and the epochs scored, resolved at load time to ascending numbers
+    that hold the last epoch."""
+
+    epochs: tuple[int, ...]
+
+    def decoding(self) -> SplitDecoding:
+        return SplitDecoding(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SplitDecoding)})
+
+
+@dataclass(frozen=True)
+class ScoreSettings(Section):
+    """What a scoring slice (``eval.json``, ``eval_{splits}.json``) holds: the splits its jobs score, each with its
+    decoding, and what every split shares.
+
+    No epochs: the DAG decides which checkpoints a slice's jobs score, so changing a split's epochs or another
+    split's decoding rewrites no slice of jobs that do not score it (``EvalSettings.groups``).
+    """
+
+    splits: dict[str, SplitDecoding]
     max_tokens: int
-    precision: str
     label_smoothing: float  # the validation loss is the training criterion (optim.label_smoothing)
+
+
+@dataclass(frozen=True)
+class EvalSettings(Section):
+    """The eval section, resolved: per scored split its decoding and epochs (a split scored at no epoch is left
+    out), and the settings shared by every split. Scoring jobs read ``ScoreSettings`` slices of it."""
+
+    splits: dict[str, SplitEval]
+    max_tokens: int
+    label_smoothing: float
+
+    def due(self, epoch: int) -> tuple[str, ...]:
+        """The splits scored at ``epoch``, in config order."""
+        return tuple(name for name, s in self.splits.items() if epoch in s.epochs)
+
+    def groups(self) -> dict[tuple[str, ...], tuple[int, ...]]:
+        """The splits scored together -> the epochs they are scored at: one scoring rule each (a rule's outputs,
+        the hypotheses, are fixed patterns). The group of every split comes first when it exists."""
+        epochs = sorted({ep for s in self.splits.values() for ep in s.epochs})
+        out: dict[tuple[str, ...], list[int]] = {tuple(self.splits): []}
+        for ep in epochs:
+            out.setdefault(self.due(ep), []).append(ep)
+        return {splits: tuple(eps) for splits, eps in out.items() if eps}
+
+    def scoring(self, splits: tuple[str, ...]) -> ScoreSettings:
+        """The slice of the jobs that score ``splits``."""
+        return ScoreSettings({name: self.splits[name].decoding() for name in splits}, self.max_tokens,
+                             self.label_smoothing)
 
 
 @dataclass(frozen=True)

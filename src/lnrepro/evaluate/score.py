@@ -1,10 +1,11 @@
-"""Score one checkpoint: validation loss, beam search, tokenized BLEU and sacreBLEU for every listed split.
+"""Score one checkpoint: validation loss, decoding, tokenized BLEU and sacreBLEU on each split of its slice.
 
-``score_checkpoint`` is the ``score_checkpoint`` rule's job. It reads one epoch manifest and ``eval.json``
-(``lnrepro.config.EvalSettings``, validated when the config was loaded) and writes ``eval/epochNNN.json``
-plus ``eval/epochNNN.{split}.hyp`` (the tokenized, lowercased hypotheses, one per source line, in input
-order: the text tokenized BLEU scores; sacreBLEU scores their Moses-detokenized form). Fields:
-docs/outputs.md.
+``score_checkpoint`` is the job of the ``score_checkpoint`` rules. It reads one epoch manifest and its group's
+scoring slice (``eval.json`` or ``eval_{splits}.json``: ``lnrepro.config.settings.ScoreSettings``, the splits
+due at that epoch with each split's decoding, validated when the config was loaded) and writes
+``eval/epochNNN.json`` plus ``eval/epochNNN.{split}.hyp`` for each of those splits (the tokenized, lowercased
+hypotheses, one per source line, in input order: the text tokenized BLEU scores; sacreBLEU scores their
+Moses-detokenized form). Fields: docs/outputs.md.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..config import EvalSettings
+from ..config.settings import ScoreSettings, SplitDecoding
 from ..errors import LnReproError
 from ..io import atomic_write_json, atomic_write_lines, cpu_name, file_sha256, read_json, read_lines, where_ran
 from ..vocab import PAD
@@ -49,10 +50,11 @@ def keep_freed_memory() -> None:
         mallopt(m_trim_threshold, 2**31 - 1)
 
 
-def decode_options(settings: EvalSettings) -> DecodeOptions:
-    """The decoder's options for eval.json's settings; min_len, unk_penalty and the cache keep fairseq's defaults."""
-    return DecodeOptions(beam=settings.beam, lenpen=settings.lenpen, max_len_a=settings.max_len_a,
-                         max_len_b=settings.max_len_b, max_tokens=settings.max_tokens, precision=settings.precision)
+def decode_options(split: SplitDecoding, max_tokens: int) -> DecodeOptions:
+    """The decoder's options for one split of a scoring slice; min_len, unk_penalty and the cache keep fairseq's
+    defaults."""
+    return DecodeOptions(beam=split.beam, lenpen=split.lenpen, max_len_a=split.max_len_a, max_len_b=split.max_len_b,
+                         max_tokens=max_tokens, precision=split.precision)
 
 
 def _read_manifest(manifest: Path) -> dict:
@@ -117,14 +119,15 @@ def _hyp_path(out_json: Path, split: str) -> Path:
 
 def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_dir: Path, out_json: Path,
                      threads: int) -> dict:
-    """Evaluate the checkpoint a manifest names on every split of eval.json; write out_json and the .hyp files."""
+    """Evaluate the checkpoint a manifest names on every split of its scoring slice, each with its decoding;
+    write out_json and the splits' .hyp files."""
     t0 = time.perf_counter()
     manifest, eval_json, bpe_dir, prepared_dir, out_json = map(Path, (manifest, eval_json, bpe_dir, prepared_dir,
                                                                      out_json))
     torch.set_num_threads(max(1, int(threads)))
     keep_freed_memory()
-    settings = EvalSettings.read(eval_json)
-    opts = decode_options(settings)
+    settings = ScoreSettings.read(eval_json)
+    options = {split: decode_options(s, settings.max_tokens) for split, s in settings.splits.items()}
     m = _read_manifest(manifest)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
@@ -138,7 +141,8 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
         "weights": m.get("weights"),
         "weights_sha256": m.get("sha256"),
         "manifest": str(manifest),
-        "decode": {**dataclasses.asdict(opts), "label_smoothing": settings.label_smoothing},
+        "decode": {split: dataclasses.asdict(opts) for split, opts in options.items()},
+        "label_smoothing": settings.label_smoothing,
         "threads": int(threads),
         "torch": torch.__version__,
         "where_ran": where_ran(dev_name),
@@ -163,7 +167,7 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
 
     per_split: dict[str, Any] = {}
     hyp_lines: dict[str, list[str]] = {}
-    for split in splits:
+    for split, opts in options.items():
         src_path, tgt_path = bpe_dir / f"{split}.de.ids", bpe_dir / f"{split}.en.ids"
         ref_path, raw_path = prepared_dir / f"{split}.en", prepared_dir / f"{split}.raw.en"
         src, tgt = read_ids(src_path), read_ids(tgt_path)
