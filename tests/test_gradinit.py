@@ -71,7 +71,7 @@ def test_statistic_matches_separate_gradients_of_a_transformer(tmp_path):
     exp = experiment()
     batches = TrainBatches(tmp_path / "bpe").choose(128, 3, seed=1)
     torch.manual_seed(1)
-    model = Transformer(init_model_settings(exp, "post", 2).model_config(40)).eval()
+    model = Transformer(init_model_settings(exp.gradinit_config(), "post", 2).model_config(40)).eval()
     loss = token_loss(0.0, "fp32", torch.device("cpu"))
     stats = gradient_statistics(model, batches, loss)
     w = model.decoder_layers[1].ffn.fc2.weight
@@ -90,7 +90,7 @@ def table(tmp_path_factory):
     d = tmp_path_factory.mktemp("gi")
     fake_bpe(d / "bpe")
     out, fit = d / "analysis" / "gradinit.csv", d / "analysis" / "gradinit_fit.csv"
-    df = run_gradinit(experiment(), d / "bpe", out, threads=1, fit_csv=fit)
+    df = run_gradinit(experiment().gradinit_config(), d / "bpe", out, threads=1, fit_csv=fit)
     return df, out, fit
 
 
@@ -116,15 +116,16 @@ def test_rows_for_every_layer_depth_seed_and_norm(table):
 
 def test_width_override_and_shared_initial_weights():
     exp = experiment()
-    wide = dataclasses.replace(exp, analysis=AnalysisSettings(GradinitSettings(d_model=24, heads=3)))
+    config = exp.gradinit_config()
+    wide = dataclasses.replace(config, gradinit=GradinitSettings(d_model=24, heads=3))
     m = init_model_settings(wide, "pre", 5)
     assert (m.d_model, m.heads, m.ffn_dim, m.encoder_layers, m.decoder_layers, m.norm) == (24, 3, 32, 5, 5, "pre")
     with pytest.raises(LnReproError, match="not divisible by heads"):
-        init_model_settings(dataclasses.replace(exp, analysis=AnalysisSettings(GradinitSettings(heads=3))), "post", 2)
+        init_model_settings(dataclasses.replace(config, gradinit=GradinitSettings(heads=3)), "post", 2)
     models = {}
     for norm in ("post", "pre"):
         torch.manual_seed(7)
-        models[norm] = dict(Transformer(init_model_settings(exp, norm, 3).model_config(40)).named_parameters())
+        models[norm] = dict(Transformer(init_model_settings(config, norm, 3).model_config(40)).named_parameters())
     shared = set(models["post"]) & set(models["pre"])
     assert set(models["pre"]) - shared == {"encoder_norm.weight", "encoder_norm.bias", "decoder_norm.weight",
                                            "decoder_norm.bias"}
@@ -138,7 +139,7 @@ def test_post_and_pre_differ_but_are_deterministic(tmp_path, table):
     pre = df[df.norm == "pre"].set_index(key)["value"]
     assert not np.allclose(post.values, pre.loc[post.index].values)
     fake_bpe(tmp_path / "bpe")
-    again = run_gradinit(experiment(), tmp_path / "bpe", tmp_path / "g.csv", threads=1)
+    again = run_gradinit(experiment().gradinit_config(), tmp_path / "bpe", tmp_path / "g.csv", threads=1)
     pd.testing.assert_frame_equal(again, df)
 
 
@@ -146,7 +147,7 @@ def test_missing_bpe_model_is_named(tmp_path):
     fake_bpe(tmp_path / "bpe")
     (tmp_path / "bpe" / "spm.model").unlink()
     with pytest.raises(LnReproError, match="spm.model"):
-        run_gradinit(experiment(), tmp_path / "bpe", tmp_path / "g.csv", threads=1)
+        run_gradinit(experiment().gradinit_config(), tmp_path / "bpe", tmp_path / "g.csv", threads=1)
 
 
 def test_paper_trend_post_ln_top_decoder_ffn_gradient_is_larger(tmp_path):
@@ -157,7 +158,7 @@ def test_paper_trend_post_ln_top_decoder_ffn_gradient_is_larger(tmp_path):
     fake_bpe(tmp_path / "bpe", n=200)
     settings = GradinitSettings(batches=2, seeds=(1, 2, 3), max_tokens=256, depths=(6,))
     exp = dataclasses.replace(experiment(d_model=32, ffn_dim=64), analysis=AnalysisSettings(settings))
-    df = run_gradinit(exp, tmp_path / "bpe", tmp_path / "g.csv", threads=1)
+    df = run_gradinit(exp.gradinit_config(), tmp_path / "bpe", tmp_path / "g.csv", threads=1)
     f = df[(df["param"] == "fc2") & (df["stack"] == "dec") & (df["statistic"] == "expected_grad_fro")]
     by = f.groupby(["norm", "layer"])["value"].mean()
     ratio = by["post"] / by["pre"]
@@ -222,7 +223,8 @@ def test_after_warmup_takes_the_first_checkpoint_that_reaches_t_warmup(tmp_path)
                       _checkpoint(d, model, 3, 2 * t_warmup)]
     chosen = warmup_end_checkpoints(manifests, "postln_warmup_isqrt", t_warmup)
     assert {s: m["epoch"] for s, (_, m) in chosen.items()} == {1: 2, 2: 2}
-    df = run_after_warmup(exp, tmp_path / "bpe", manifests, tmp_path / "aw.csv", threads=1)
+    config = exp.gradinit_config(after_warmup=True)
+    df = run_after_warmup(config, tmp_path / "bpe", manifests, tmp_path / "aw.csv", threads=1)
     assert list(df.columns) == CSV_COLUMNS and set(df["checkpoint"]) == {"after_warmup"}
     assert set(df["norm"]) == {"post"} and set(df["run"]) == {"postln_warmup_isqrt"} and set(df["epoch"]) == {2}
     assert sorted(set(df["updates"])) == [t_warmup, t_warmup + 1] and set(df["depth"]) == {2}

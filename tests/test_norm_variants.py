@@ -97,7 +97,7 @@ def test_added_variant_builds_trains_and_runs_gradinit(none_variant, bpe_dir, tm
     experiment = tiny_experiment({**TINY, "norm": "none"},
                                  {"batches": 2, "seeds": [1, 2, 3], "max_tokens": 128, "depths": [2, 3]})
     out = tmp_path / "analysis" / "gradinit.csv"
-    df = run_gradinit(experiment, bpe_dir, out, threads=1)
+    df = run_gradinit(experiment.gradinit_config(), bpe_dir, out, threads=1)
     table = pd.read_csv(out)
     assert list(dict.fromkeys(table["norm"])) == ["post", "pre", "none"]
     counts = table.groupby("norm").size()

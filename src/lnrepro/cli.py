@@ -68,13 +68,13 @@ def _evaluate(a: argparse.Namespace) -> None:
 
 def _gradinit(a: argparse.Namespace) -> None:
     from .analysis.gradinit import run_after_warmup, run_gradinit
-    from .config import Experiment
+    from .config import GradinitConfig
 
-    experiment = Experiment.read(a.experiment)
+    config = GradinitConfig.read(a.gradinit_config)
     if a.after_warmup:
-        run_after_warmup(experiment, a.bpe, a.after_warmup, a.out, threads=a.threads)
+        run_after_warmup(config, a.bpe, a.after_warmup, a.out, threads=a.threads)
     else:
-        run_gradinit(experiment, a.bpe, a.out, threads=a.threads, fit_csv=a.fit)
+        run_gradinit(config, a.bpe, a.out, threads=a.threads, fit_csv=a.fit)
 
 
 def _report(a: argparse.Namespace) -> None:
@@ -138,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_evaluate)
 
     g = sub.add_parser("gradinit", help="per-layer expected gradient at initialization, every norm position and depth")
-    g.add_argument("--experiment", type=Path, required=True, help="experiment.json")
+    g.add_argument("--gradinit-config", type=Path, required=True,
+                   help="gradinit.json (gradinit_after_warmup.json with --after-warmup)")
     g.add_argument("--bpe", type=Path, required=True)
     g.add_argument("--out", type=Path, required=True, help="gradinit.csv (gradinit_after_warmup.csv with --after-warmup)")
     g.add_argument("--fit", type=Path, help="gradinit_fit.csv: the last layer's value against depth, fitted")

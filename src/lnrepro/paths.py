@@ -107,6 +107,14 @@ class Paths:
         return f"{self.root}/experiment.json"
 
     @property
+    def gradinit_json(self) -> str:
+        return f"{self.root}/gradinit.json"
+
+    @property
+    def gradinit_after_warmup_json(self) -> str:
+        return f"{self.root}/gradinit_after_warmup.json"
+
+    @property
     def gradinit_csv(self) -> str:
         return f"{self.root}/analysis/gradinit.csv"
 

@@ -3,14 +3,14 @@
 # Post-LN run's checkpoint at the end of warm-up when the experiment trains that run.
 
 # The run measured after warm-up: analysis.gradinit.after_warmup_run when selected, else none.
-AFTER_WARMUP = X.analysis.gradinit.after_warmup_run if X.analysis.gradinit.after_warmup_run in RUNS else None
+AFTER_WARMUP = X.after_warmup_run
 # What the report reads of this stage.
 GRADINIT_OUTPUTS = [P.gradinit_csv, P.gradinit_fit_csv] + ([P.gradinit_after_warmup_csv] if AFTER_WARMUP else [])
 
 
 rule gradinit:
     input:
-        experiment=P.experiment_json,
+        config=P.gradinit_json,
         spm=P.spm_model[0],
         ids=P.bpe_ids,
     output:
@@ -26,7 +26,7 @@ rule gradinit:
     conda:
         CONDA_ENV
     shell:
-        "lnrepro gradinit --experiment {input.experiment} --bpe " + P.bpe + " --out {output.csv} --fit {output.fit} --threads {threads} > {log} 2>&1"
+        "lnrepro gradinit --gradinit-config {input.config} --bpe " + P.bpe + " --out {output.csv} --fit {output.fit} --threads {threads} > {log} 2>&1"
 
 
 if AFTER_WARMUP:
@@ -35,7 +35,7 @@ if AFTER_WARMUP:
     # reaches T_warmup (which one is in the CSV's epoch column and the log).
     rule gradinit_after_warmup:
         input:
-            experiment=P.experiment_json,
+            config=P.gradinit_after_warmup_json,
             spm=P.spm_model[0],
             ids=P.bpe_ids,
             manifests=[m for seed in X.seeds_of(AFTER_WARMUP) for m in P.epoch_manifests(EPOCHS, AFTER_WARMUP, seed)],
@@ -49,4 +49,4 @@ if AFTER_WARMUP:
         conda:
             CONDA_ENV
         shell:
-            "lnrepro gradinit --experiment {input.experiment} --bpe " + P.bpe + " --after-warmup {input.manifests} --out {output} --threads {threads} > {log} 2>&1"
+            "lnrepro gradinit --gradinit-config {input.config} --bpe " + P.bpe + " --after-warmup {input.manifests} --out {output} --threads {threads} > {log} 2>&1"

@@ -11,13 +11,17 @@ from lnrepro.io import atomic_write_json
 SCORING = {splits: "" if splits == tuple(X.eval.splits) else "_" + "_".join(splits) for splits in X.eval.groups()}
 
 # Each stage reads its settings from one JSON slice of the loaded config (lnrepro.config.settings); a rule
-# reruns exactly when its slice changes (Snakemake's params trigger).
+# reruns exactly when its slice changes (Snakemake's params trigger). Each slice holds only what its readers
+# read: gradinit has its own rather than experiment.json, which the beam, the notes and every run change.
 SLICES = {
     "data": X.data.to_dict(),
     "bpe": X.bpe.to_dict(),
     **{"eval" + suffix: X.eval.scoring(splits).to_dict() for splits, suffix in SCORING.items()},
     "experiment": X.to_dict(),
+    "gradinit": X.gradinit_config().to_dict(),
 }
+if X.after_warmup_run:  # the measurement after warm-up: only when its run is selected
+    SLICES["gradinit_after_warmup"] = X.gradinit_config(after_warmup=True).to_dict()
 
 
 def each_run(paths):
@@ -49,7 +53,8 @@ rule write_slice:
 
 # One per training, so a shell job: Snakemake runs a `run:` job as a second Snakemake process that parses the
 # Snakefile again (seconds each), a shell job in milliseconds. The JSON is the slice as atomic_write_json
-# writes it, to a temporary name and renamed into place.
+# writes it, to a temporary name and renamed into place. It leaves out the schedule settings the run's
+# switches do not use (Experiment.run_config), so changing one retrains only the runs that use it.
 rule write_run_config:
     output:
         P.run_config(),

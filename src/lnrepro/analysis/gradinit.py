@@ -25,6 +25,8 @@ Decisions:
   whose update count reaches T_warmup (``run_after_warmup``), one per trained seed, on that seed's batches.
 - Running moments (Welford's update) instead of K stored gradients: one mean per matrix, so memory does not
   grow with K at the paper's width and depth.
+- Settings from the job's slice (``lnrepro.config.GradinitConfig``: gradinit.json, gradinit_after_warmup.json),
+  not experiment.json, so the beam, the notes or a mirror never rerun it.
 - Device and batching as training's (the first selected run's ``train.device`` and batch multiple): on a CPU
   the paper's width and depths take minutes per seed, so ``precision: bf16`` is allowed (presets/multi30k.yaml
   states its measured difference from fp32).
@@ -42,7 +44,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from ..config import Experiment, ModelSettings
+from ..config import GradinitConfig, ModelSettings
 from ..errors import LnReproError
 from ..norms import NORMS
 from .aggregate import to_csv_text
@@ -174,10 +176,10 @@ class TrainBatches:
                 for b in sorted(pick.tolist())]
 
 
-def init_model_settings(experiment: Experiment, norm: str, depth: int) -> ModelSettings:
+def init_model_settings(config: GradinitConfig, norm: str, depth: int) -> ModelSettings:
     """The experiment's model (defaults.model) with ``norm``, ``depth`` encoder and decoder layers, and the
     width of ``analysis.gradinit`` where it sets one."""
-    s, base = experiment.analysis.gradinit, experiment.model
+    s, base = config.gradinit, config.model
     m = dataclasses.replace(base, norm=norm, encoder_layers=depth, decoder_layers=depth,
                             d_model=s.d_model or base.d_model, ffn_dim=s.ffn_dim or base.ffn_dim,
                             heads=s.heads or base.heads)
@@ -189,17 +191,16 @@ def init_model_settings(experiment: Experiment, norm: str, depth: int) -> ModelS
 class _Job:
     """What every model of one gradinit job shares: settings, device, loss, and one set of batches per seed."""
 
-    def __init__(self, experiment: Experiment, bpe_dir: Path, threads: int) -> None:
+    def __init__(self, config: GradinitConfig, bpe_dir: Path, threads: int) -> None:
         import torch
 
         from ..train.loop import resolve_device, vocab_size
 
         torch.set_num_threads(max(1, int(threads)))
-        self.settings = s = experiment.analysis.gradinit
+        self.settings = s = config.gradinit
         self.vocab = vocab_size(Path(bpe_dir) / "spm.model")
-        first = experiment.runs[experiment.select[0]].train  # the batching and device training uses
-        self.multiple = first.required_batch_size_multiple
-        self.device = resolve_device(first.device)
+        self.multiple = config.batch_multiple
+        self.device = resolve_device(config.device)
         self.loss = token_loss(s.label_smoothing, s.precision, self.device)
         self.data = TrainBatches(bpe_dir)
         self._batches: dict[int, list[Batch]] = {}
@@ -237,7 +238,7 @@ def _write(rows: list[dict[str, Any]], out_csv: Path) -> pd.DataFrame:
     return df
 
 
-def run_gradinit(experiment: Experiment, bpe_dir: Path, out_csv: Path, threads: int,
+def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: int,
                  fit_csv: Path | None = None) -> pd.DataFrame:
     """For each seed, depth and registered norm variant of ``analysis.gradinit``: a freshly initialized model
     on the seed's K training batches. Writes ``out_csv`` (columns CSV_COLUMNS) and, when given, ``fit_csv``
@@ -248,13 +249,13 @@ def run_gradinit(experiment: Experiment, bpe_dir: Path, out_csv: Path, threads: 
     from ..model import Transformer
     from .gradinit_fit import write_fit
 
-    job = _Job(experiment, bpe_dir, threads)
+    job = _Job(config, bpe_dir, threads)
     s = job.settings
     rows: list[dict[str, Any]] = []
     for seed, depth, norm in tqdm([(sd, d, n) for sd in s.seeds for d in s.depths for n in NORMS],
                                   desc="gradinit", unit="model"):
         torch.manual_seed(seed)  # the same initial weights for every norm position of a seed
-        model = Transformer(init_model_settings(experiment, norm, depth).model_config(job.vocab))
+        model = Transformer(init_model_settings(config, norm, depth).model_config(job.vocab))
         rows += job.rows(model, seed, {"checkpoint": "init", "norm": norm, "run": "", "epoch": 0, "updates": 0})
     df = _write(rows, out_csv)
     if fit_csv is not None:
@@ -284,25 +285,22 @@ def warmup_end_checkpoints(manifests: Iterable[Path], run: str, warmup_updates: 
     return chosen
 
 
-def run_after_warmup(experiment: Experiment, bpe_dir: Path, manifests: Iterable[Path], out_csv: Path,
+def run_after_warmup(config: GradinitConfig, bpe_dir: Path, manifests: Iterable[Path], out_csv: Path,
                      threads: int) -> pd.DataFrame:
     """The measurement on ``analysis.gradinit.after_warmup_run``'s checkpoint at the end of warm-up, one per seed
     of ``manifests`` (every epoch manifest of that run), on that seed's batches. Writes ``out_csv``."""
     from ..evaluate.score import _weights_path
     from ..model import load_model
 
-    run = experiment.analysis.gradinit.after_warmup_run
-    if run not in experiment.runs:
-        raise LnReproError(f"analysis.gradinit.after_warmup_run: {run!r} is not a selected run "
-                           f"({', '.join(experiment.select)})")
-    schedule = experiment.runs[run].schedule
-    if not schedule.warmup:
-        raise LnReproError(f"analysis.gradinit.after_warmup_run: {run!r} has no warm-up (schedule.warmup false)")
-    job = _Job(experiment, bpe_dir, threads)
+    run, t_warmup = config.gradinit.after_warmup_run, config.warmup_updates
+    if run is None or t_warmup is None:  # gradinit.json, the init job's slice, has neither
+        raise LnReproError("gradinit --after-warmup: the slice names no after_warmup_run with its T_warmup "
+                           "(expected gradinit_after_warmup.json)")
+    job = _Job(config, bpe_dir, threads)
     rows: list[dict[str, Any]] = []
-    for seed, (path, m) in warmup_end_checkpoints(manifests, run, schedule.warmup_updates).items():
+    for seed, (path, m) in warmup_end_checkpoints(manifests, run, t_warmup).items():
         print(f"gradinit after warm-up: {run} seed {seed}: epoch {m['epoch']} ({m['updates']} updates, "
-              f"T_warmup {schedule.warmup_updates}), {path}", flush=True)
+              f"T_warmup {t_warmup}), {path}", flush=True)
         model = load_model(_weights_path(path, m))
         rows += job.rows(model, seed, {"checkpoint": "after_warmup", "norm": model.cfg.norm, "run": run,
                                        "epoch": int(m["epoch"]), "updates": int(m["updates"])})

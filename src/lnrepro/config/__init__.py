@@ -25,6 +25,7 @@ from .settings import (
     DataSettings,
     EvalSettings,
     Experiment,
+    GradinitConfig,
     GradinitSettings,
     GridSettings,
     ModelSettings,
@@ -40,7 +41,7 @@ from ..errors import LnReproError
 
 __all__ = [
     "FACTOR_KEYS", "LOCATION_KEYS", "REPO_ROOT", "SCHEMA_PATH", "AnalysisSettings", "BpeSettings", "Comparison",
-    "DataSettings", "EvalSettings", "Experiment", "GradinitSettings", "GridSettings", "LnReproError",
+    "DataSettings", "EvalSettings", "Experiment", "GradinitConfig", "GradinitSettings", "GridSettings", "LnReproError",
     "ModelSettings", "OptimSettings", "Resources", "RunConfig", "RunSettings", "ScheduleSettings", "Section",
     "TrainSettings", "check_semantics", "data_settings", "dataset_section", "deep_merge", "eval_settings",
     "experiment", "grid_runs", "load_config", "load_schema", "resolve_run", "resources", "validate_config",

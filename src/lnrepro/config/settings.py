@@ -123,14 +123,40 @@ class OptimSettings(Section):
 
 @dataclass(frozen=True)
 class ScheduleSettings(Section):
-    """lr(t) = lr_max * w(t) * g(t) (lnrepro.train.schedule)."""
+    """lr(t) = lr_max * w(t) * g(t) (lnrepro.train.schedule).
+
+    A setting the switches (``warmup``, ``decay``) leave unused may be None: a run's config.json drops them
+    (``used_only``), so that changing one reruns no run that cannot feel it. Which settings each switch uses
+    is declared once, in ``lnrepro.train.schedule`` (imported in the methods: that module imports this one).
+    """
 
     warmup: bool
     decay: str  # isqrt | step | constant
-    warmup_updates: int
-    anchor_updates: int
-    decay_epochs: tuple[int, ...]
-    decay_factor: float
+    warmup_updates: int | None
+    anchor_updates: int | None
+    decay_epochs: tuple[int, ...] | None
+    decay_factor: float | None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "") -> ScheduleSettings:
+        """As ``Section.from_dict``, except that a setting the switches leave unused may be absent (it reads as
+        None); a used one absent or null is an LnReproError naming it."""
+        from ..train.schedule import inert_settings, used_settings
+
+        if isinstance(data, Mapping) and {"warmup", "decay"} <= set(data):
+            data = {**{key.split(".", 1)[1]: None for key in inert_settings(data)}, **data}
+        s = super().from_dict(data, where)
+        unset = sorted(key for key in used_settings(s) if getattr(s, key.split(".", 1)[1]) is None)
+        if unset:
+            raise LnReproError(f"{where or cls.__name__}: {', '.join(unset)} unset, but "
+                               f"warmup={s.warmup}, decay={s.decay} uses it")
+        return s
+
+    def used_only(self) -> ScheduleSettings:
+        """This schedule with every setting its switches leave unused (``inert_settings``) set to None."""
+        from ..train.schedule import inert_settings
+
+        return dataclasses.replace(self, **{key.split(".", 1)[1]: None for key in inert_settings(self)})
 
 
 @dataclass(frozen=True)
@@ -267,6 +293,12 @@ class RunConfig(Section):
     def settings(self) -> RunSettings:
         return RunSettings(self.model, self.optim, self.schedule, self.train)
 
+    def to_dict(self) -> dict[str, Any]:
+        """As ``Section.to_dict``, without the schedule settings that are None (unused: ``used_only``)."""
+        d = super().to_dict()
+        d["schedule"] = {key: value for key, value in d["schedule"].items() if value is not None}
+        return d
+
 
 @dataclass(frozen=True)
 class Comparison(Section):
@@ -290,6 +322,18 @@ class GradinitSettings(Section):
     dropout: bool = False  # the theorem's model has none
     precision: str = "fp32"  # fp32 | bf16 (autocast)
     after_warmup_run: str | None = "postln_warmup_isqrt"  # measured at its end of warm-up when selected
+
+
+@dataclass(frozen=True)
+class GradinitConfig(Section):
+    """What ``gradinit.json`` and ``gradinit_after_warmup.json`` hold: only what the gradinit stages read, so a
+    change of the beam, the notes, a mirror or a run's settings reruns neither (``Experiment.gradinit_config``)."""
+
+    gradinit: GradinitSettings  # analysis.gradinit; after_warmup_run None in gradinit.json (init does not read it)
+    model: ModelSettings  # defaults.model: the width measured at initialization
+    device: str  # the first selected run's train.device and batch multiple: the device and batching training uses
+    batch_multiple: int
+    warmup_updates: int | None = None  # gradinit_after_warmup.json: after_warmup_run's T_warmup (None in gradinit.json)
 
 
 @dataclass(frozen=True)
@@ -362,5 +406,25 @@ class Experiment(Section):
         return tuple(dict.fromkeys(own)) or self.seeds
 
     def run_config(self, run: str, seed: int, runs: Mapping[str, RunSettings] | None = None) -> RunConfig:
+        """The run's config.json: its settings with the schedule's unused ones left out (``used_only``)."""
         s = (runs or self.runs)[run]
-        return RunConfig(run, int(seed), s.model, s.optim, s.schedule, s.train, self.data, self.bpe)
+        return RunConfig(run, int(seed), s.model, s.optim, s.schedule.used_only(), s.train, self.data, self.bpe)
+
+    @property
+    def after_warmup_run(self) -> str | None:
+        """``analysis.gradinit.after_warmup_run`` when it is selected (then measured after warm-up), else None."""
+        run = self.analysis.gradinit.after_warmup_run
+        return run if run in self.runs else None
+
+    def gradinit_config(self, after_warmup: bool = False) -> GradinitConfig:
+        """The slice of the gradinit job (``after_warmup``: of the gradinit_after_warmup job)."""
+        g, first = self.analysis.gradinit, self.runs[self.select[0]].train
+        if not after_warmup:
+            return GradinitConfig(dataclasses.replace(g, after_warmup_run=None), self.model, first.device,
+                                  first.required_batch_size_multiple)
+        if self.after_warmup_run is None:
+            raise LnReproError(f"analysis.gradinit.after_warmup_run: {g.after_warmup_run!r} is not a selected run "
+                               f"({', '.join(self.select)})")
+        # with warm-up: the load-time check refuses an after_warmup_run without it
+        return GradinitConfig(g, self.model, first.device, first.required_batch_size_multiple,
+                              self.runs[self.after_warmup_run].schedule.warmup_updates)
