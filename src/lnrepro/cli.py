@@ -84,6 +84,13 @@ def _report(a: argparse.Namespace) -> None:
     print(make_report(a.exp_dir, Experiment.read(a.experiment), a.out))
 
 
+def _readme_results(a: argparse.Namespace) -> None:
+    from .analysis.readme_results import update_readme
+
+    fresh = update_readme(a.readme, a.report, str(a.report), check=a.check)
+    print(f"{a.readme}: results section {'up to date' if fresh else 'rewritten'} from {a.report}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lnrepro", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="stage", required=True)
@@ -153,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--exp-dir", type=Path, required=True, help="results/{exp}")
     r.add_argument("--out", type=Path, required=True, help="the report folder")
     r.set_defaults(func=_report)
+
+    rr = sub.add_parser("readme-results", help="write README.md's Results section from a published report's tables")
+    rr.add_argument("--report", type=Path, required=True, help="the report folder, as the README names it")
+    rr.add_argument("--readme", type=Path, default=Path("README.md"))
+    rr.add_argument("--check", action="store_true", help="only compare: fail when the README differs")
+    rr.set_defaults(func=_readme_results)
 
     from . import bench  # the benchmark command registers its own options
 

@@ -317,6 +317,8 @@ def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
     exp = experiment.to_dict()
     exp["comparisons"] = {**exp["comparisons"], **study.tuned_comparisons}
     confounds = write_confounds(exp, out_dir / "confounds.md", ag.execution_facts(exp_dir, experiment))
+    # the same rows as a table, for readers of CSV (the README's generated results read figure4's verdict)
+    tables["confounds"] = ag.write_csv(pd.DataFrame(confounds_rows(confounds)), out_dir / "tables" / "confounds.csv")
     return _Context(experiment, out_dir, agg, tables, figures, confounds, gi, views, gi_missing, study)
 
 
