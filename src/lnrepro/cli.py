@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="score one epoch checkpoint: validation loss, decoding, BLEU")
     e.add_argument("--manifest", type=Path, required=True, help="epochs/epochNNN.json")
-    e.add_argument("--eval-config", type=Path, required=True, help="eval.json")
+    e.add_argument("--eval-config", type=Path, required=True,
+                   help="the scoring slice of its epoch's group (eval.json or eval_{splits}.json)")
     e.add_argument("--bpe", type=Path, required=True)
     e.add_argument("--prepared", type=Path, required=True)
     e.add_argument("--out", type=Path, required=True, help="eval/epochNNN.json (hypotheses beside it)")

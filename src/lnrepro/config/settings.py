@@ -224,7 +224,8 @@ class EvalSettings(Section):
 
     def groups(self) -> dict[tuple[str, ...], tuple[int, ...]]:
         """The splits scored together -> the epochs they are scored at: one scoring rule each (a rule's outputs,
-        the hypotheses, are fixed patterns). The group of every split comes first when it exists."""
+        the hypotheses, are fixed patterns). The group of every split comes first (it always exists: every
+        split is scored at the last epoch)."""
         epochs = sorted({ep for s in self.splits.values() for ep in s.epochs})
         out: dict[tuple[str, ...], list[int]] = {tuple(self.splits): []}
         for ep in epochs:

@@ -147,6 +147,7 @@ class _Trainer:
         self.epoch_records: list[dict[str, Any]] = []
         self.end: dict[str, Any] | None = None  # {"reason": "completed"|"diverged"|"max_updates", ...}
         self.last_loss: dict[str, Any] = {}
+        self.bar: tqdm | None = None  # the epoch's progress bar
         if self.resume is not None:
             r = self.resume
             self.model.load_state_dict(r["model"])
@@ -192,8 +193,8 @@ class _Trainer:
             order = epoch_order(nb, self.seed, self.epoch)
             lrs: list[float] = []
             tok_since, t_since = 0, time.perf_counter()
-            bar = tqdm(total=nb, initial=self.pos, desc=f"epoch {self.epoch}/{self.epochs}", file=sys.stderr,
-                       leave=True, dynamic_ncols=True)
+            bar = self.bar = tqdm(total=nb, initial=self.pos, desc=f"epoch {self.epoch}/{self.epochs}", file=sys.stderr,
+                                  leave=True, dynamic_ncols=True)
             while self.pos < nb:
                 t0 = time.perf_counter()
                 src, prev, target, ntok = self.batches[order[self.pos]]
@@ -256,6 +257,12 @@ class _Trainer:
             if self.end is None:
                 self.epoch, self.pos = self.epoch + 1, 0
             self._save_last()
+
+    def close(self) -> None:
+        """Close the log and a progress bar left open by an error (else it is redrawn after the message)."""
+        if self.bar is not None:
+            self.bar.close()
+        self.log.close()
 
     # ---- declared outputs -------------------------------------------------------------------------------------
 
@@ -335,4 +342,4 @@ def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int) -> 
             state_dir.finish(outputs, digest)  # first into state/, so a kill from here on loses nothing
             write_outputs(run_dir, outputs)
         finally:
-            trainer.log.close()
+            trainer.close()
