@@ -85,6 +85,30 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     return DemoRun(workdir=workdir, exp_dir=workdir / "results" / "demo", wall_s=wall, log=proc.stderr)
 
 
+# A two-run, two-epoch selection of the demo (tests/demo_pair.yaml layered on the demo preset): every stage in
+# about a minute, for tests that run the pipeline end to end (tests/test_faults_dag.py, tests/test_slurm.py).
+DEMO_PAIR: tuple[str, ...] = ("presets/demo.yaml", "tests/demo_pair.yaml")
+
+
+@pytest.fixture(scope="session")
+def demo_pair_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """DEMO_PAIR's whole DAG, run once through the snakemake command line in a copy of the repository. Tests
+    read it; a test that changes it works on a copy (``copy_run``)."""
+    workdir = copy_repo(tmp_path_factory.mktemp("demo_pair") / "repo")
+    start = time.perf_counter()
+    proc = snakemake(workdir, "--cores", "2", "--configfile", *DEMO_PAIR)
+    wall = time.perf_counter() - start
+    print(f"\ndemo pair DAG: {wall:.1f} s wall-clock")
+    return DemoRun(workdir=workdir, exp_dir=workdir / "results" / "demo", wall_s=wall, log=proc.stderr)
+
+
+def copy_run(run: DemoRun, dest: Path) -> DemoRun:
+    """A copy of a finished DAG run's folder, modification times and Snakemake's metadata kept, so that
+    Snakemake sees it as up to date exactly as the original."""
+    workdir = Path(shutil.copytree(run.workdir, dest / "repo", symlinks=True))
+    return DemoRun(workdir=workdir, exp_dir=workdir / run.exp_dir.relative_to(run.workdir), wall_s=0.0, log="")
+
+
 def tiny_experiment(model: dict | None = None, gradinit: dict | None = None):
     """The demo preset's typed experiment with model and gradinit settings overridden, loaded and validated as
     the workflow loads it (what gradinit and the report read from experiment.json)."""
