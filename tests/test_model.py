@@ -370,3 +370,20 @@ def test_padded_targets_run_as_their_rows(norm):
         alone_loss = alone_loss + label_smoothed_nll_loss(alone, target[i: i + 1, :n], 0.1)[0]
     for a, b in zip(grads, torch.autograd.grad(alone_loss, list(m.parameters()))):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("queries", [1, 3])
+def test_shared_keys_attend_exactly_as_repeated_keys(queries):
+    """Beam search's encoder attention: g query rows sharing one row of keys/values (and of padding mask) give
+    bit for bit what attention over the keys repeated g times gives."""
+    from lnrepro.model.transformer import attend
+
+    g = torch.Generator().manual_seed(0)
+    b, beam, heads, src_len, hd = 7, 5, 4, 9, 16
+    q = torch.randn(b * beam, heads, queries, hd, generator=g)
+    k, v = torch.randn(b, heads, src_len, hd, generator=g), torch.randn(b, heads, src_len, hd, generator=g)
+    pad = torch.zeros(b, src_len, dtype=torch.bool)
+    pad[::2, -3:] = True
+    rep = torch.arange(b).repeat_interleave(beam)
+    repeated = attend(q, k[rep].contiguous(), v[rep].contiguous(), pad[rep], False, 0.0, False)
+    assert torch.equal(attend(q, k, v, pad, False, 0.0, False), repeated)

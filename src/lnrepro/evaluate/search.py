@@ -35,8 +35,10 @@ What differs from fairseq's code, not its results (scoring spends its time here)
 one row of buffers allocated once per batch (decoder input, cumulative scores, and for the project's
 Transformer the keys/values, ``_RowCache``), and only rows whose hypothesis changes are copied (fairseq
 index-selects its whole incremental state every step); step 0 runs the decoder on one row per sentence
-instead of ``beam`` identical ones; fairseq's NaN -> -inf pass over all log-probabilities is replaced by a
-check of the selected values (``_nan_free``).
+instead of ``beam`` identical ones; the beams of a sentence share one copy of its encoder output and of
+the encoder-attention keys/values (fairseq repeats them ``beam`` times; ``shared_attend`` in the model gives
+exactly the values of repeated ones, and only sentences, not hypotheses, move them); fairseq's NaN -> -inf
+pass over all log-probabilities is replaced by a check of the selected values (``_nan_free``).
 """
 
 from __future__ import annotations
@@ -145,13 +147,16 @@ def _reorder(obj: Any, index: Tensor) -> Any:
 # sentence's (``_fill_holes``). The values every row holds are the same as fairseq's.
 
 
+_SentenceMove = tuple[Tensor, Tensor, int]  # the sentences' (dst, src, count) of a move (_RowCache.move)
+
+
 class _LayerRows:
     """One decoder layer's keys/values in row buffers: the interface of ``lnrepro.model``'s ``LayerCache``."""
 
     def __init__(self, cache: "_RowCache") -> None:
         self.cache = cache
         self.self_kv: tuple[Tensor, Tensor] | None = None  # [allocated rows, heads, capacity, head_dim] each
-        self.encoder_kv: tuple[Tensor, Tensor] | None = None  # [rows, heads, src_len, head_dim] each
+        self.encoder_kv: tuple[Tensor, Tensor] | None = None  # [sentences, heads, src_len, head_dim] each
 
     def self_attention(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write this step's keys/values in place and return views of all positions so far."""
@@ -165,28 +170,26 @@ class _LayerRows:
         return kb[:n, :, :end], vb[:n, :, :end]
 
     def encoder_attention(self, compute_kv: Any) -> tuple[Tensor, Tensor]:
-        """The encoder output's keys/values, computed once (fairseq's static_kv) and stored contiguous, so
-        that no step's attention copies them."""
+        """The encoder output's keys/values, one row per sentence (its beams share them: ``attend``), computed
+        once (fairseq's static_kv) and stored contiguous, so that no step's attention copies them."""
         if self.encoder_kv is None:
             k, v = compute_kv()
             self.encoder_kv = (k.contiguous(), v.contiguous())
-        n = self.cache.rows
+        n = self.cache.sentences
         return self.encoder_kv[0][:n], self.encoder_kv[1][:n]
 
-    def move(self, dst: Tensor, src: Tensor, encoder: bool) -> None:
+    def move(self, dst: Tensor, src: Tensor) -> None:
         for buf in self.self_kv or ():
             self.cache.copy_rows(buf[:, :, : self.cache.length], dst, src)
-        if encoder:
-            for buf in self.encoder_kv or ():
-                self.cache.copy_rows(buf, dst, src)
+
+    def move_sentences(self, dst: Tensor, src: Tensor) -> None:
+        for buf in self.encoder_kv or ():
+            self.cache.copy_rows(buf, dst, src)
 
     def reorder(self, index: Tensor) -> None:
-        if self.self_kv is not None:
-            for buf in self.self_kv:
-                view = buf[:, :, : self.cache.length]
-                view[: index.numel()] = view[index]
-        if self.encoder_kv is not None:
-            self.encoder_kv = (self.encoder_kv[0].index_select(0, index), self.encoder_kv[1].index_select(0, index))
+        for buf in self.self_kv or ():
+            view = buf[:, :, : self.cache.length]
+            view[: index.numel()] = view[index]
 
 
 class _RowCache:
@@ -194,13 +197,15 @@ class _RowCache:
 
     Implements what ``Transformer.decode`` uses of ``lnrepro.model``'s ``KVCache`` (``length``,
     ``layers[i].self_attention``, ``layers[i].encoder_attention``) with buffers of ``allocated`` rows and
-    ``capacity`` positions, so that no step concatenates or index-selects the whole cache.
+    ``capacity`` positions, so that no step concatenates or index-selects the whole cache. The encoder's
+    keys/values have one row for each of the first ``sentences`` sentences, shared by its beams.
     """
 
     def __init__(self, num_layers: int, rows: int, allocated: int, capacity: int) -> None:
         self.layers = [_LayerRows(self) for _ in range(num_layers)]
         self.length = 0
         self.rows, self.allocated, self.capacity = rows, allocated, capacity
+        self.sentences = rows
         self.scratch: Tensor | None = None  # holds the rows being copied (copy_rows)
 
     def copy_rows(self, x: Tensor, dst: Tensor, src: Tensor) -> None:
@@ -215,16 +220,22 @@ class _RowCache:
         torch.index_select(x, 0, src, out=rows)
         x.index_copy_(0, dst, rows)
 
-    def move(self, dst: Tensor, src: Tensor, rows: int, encoder: bool = True) -> None:
-        """Copy rows ``src`` to rows ``dst``, then keep the first ``rows`` rows; ``encoder`` False leaves the
-        encoder keys/values alone (moves within a sentence, whose rows share them)."""
+    def move(self, dst: Tensor, src: Tensor, rows: int, sentences: _SentenceMove | None = None) -> None:
+        """Copy rows ``src`` to rows ``dst``, then keep the first ``rows`` rows; ``sentences`` (dst, src, count)
+        moves the encoder's keys/values likewise (None leaves them: moves within sentences)."""
         if dst.numel():
             for layer in self.layers:
-                layer.move(dst, src, encoder)
+                layer.move(dst, src)
         self.rows = rows
+        if sentences is not None:
+            s_dst, s_src, self.sentences = sentences
+            if s_dst.numel():
+                for layer in self.layers:
+                    layer.move_sentences(s_dst, s_src)
 
     def reorder(self, index: Tensor) -> "_RowCache":
-        """Row i becomes row ``index[i]`` (the KVCache interface; used to repeat each sentence beam times)."""
+        """Row i becomes row ``index[i]`` (the KVCache interface; used to repeat each sentence beam times; the
+        encoder's keys/values, one row per sentence, stay)."""
         for layer in self.layers:
             layer.reorder(index)
         self.rows = index.numel()
@@ -240,17 +251,17 @@ def _new_cache(model: Any, rows: int, allocated: int, capacity: int, opts: Decod
     return model.new_cache()
 
 
-def _move(obj: Any, dst: Tensor, src: Tensor, rows: int, encoder: bool = True) -> Any:
+def _move(obj: Any, dst: Tensor, src: Tensor, rows: int, sentences: _SentenceMove | None = None) -> Any:
     """Rows ``dst`` <- rows ``src`` (disjoint sets), then the first ``rows`` rows; returns the moved object.
 
     The row cache and the model's EncoderOut are updated in place (only the moved rows are copied); other
-    objects through their ``reorder(index)``. ``encoder`` False: the moves stay within sentences, whose rows
-    share the encoder-side state, and the row cache leaves it alone.
+    objects through their ``reorder(index)``. ``sentences``: the same move of the sentences, for the row
+    cache's encoder keys/values (one row per sentence); None when the moves stay within sentences.
     """
     if obj is None:
         return None
     if isinstance(obj, _RowCache):
-        obj.move(dst, src, rows, encoder)
+        obj.move(dst, src, rows, sentences)
         return obj
     if isinstance(obj, EncoderOut):
         obj.out[dst], obj.pad_mask[dst] = obj.out[src], obj.pad_mask[src]
@@ -385,7 +396,8 @@ def greedy(model: Any, src_batch: Tensor, opts: DecodeOptions = DecodeOptions())
             order, holes, fillers = _fill_holes(~done)
             tokens[holes, : step + 2] = tokens[fillers, : step + 2]
             alive = alive[order]
-            enc, cache = _move(enc, holes, fillers, alive.numel()), _move(cache, holes, fillers, alive.numel())
+            n = alive.numel()
+            enc, cache = _move(enc, holes, fillers, n), _move(cache, holes, fillers, n, (holes, fillers, n))
         step += 1
     return out
 
@@ -418,8 +430,9 @@ class _Beams:
     blacklist: Tensor  # [bsz, beam]
     tokens: Tensor  # [bsz0 * beam, max_len + 2], bsz0 the batch's sentences
     cum: Tensor  # [bsz0 * beam, max_len + 2]
-    enc: Any  # the encoder output, one row per hypothesis (one per sentence until step 0 has run)
+    enc: Any  # the encoder output: one row per sentence, or (``shared`` False) per hypothesis once step 0 ran
     cache: Any | None
+    shared: bool  # the model attends to one encoder row per sentence from all its beams (the Transformer)
     step: int = 0
 
 
@@ -448,8 +461,9 @@ def _start(model: Any, src: Tensor, opts: DecodeOptions) -> _Beams:
         blacklist=torch.zeros(bsz, beam, dtype=torch.bool, device=device),
         tokens=torch.full((bsz * beam, width), EOS, dtype=torch.long, device=device),
         cum=torch.zeros(bsz * beam, width, device=device),
-        enc=model.encode(src),  # one row per sentence until the first step has run (_expand)
+        enc=model.encode(src),  # one row per sentence (repeated per beam by _expand unless shared)
         cache=_new_cache(model, bsz, bsz * beam, width - 1, opts),
+        shared=isinstance(model, Transformer),
     )
 
 
@@ -469,7 +483,8 @@ def _expand(model: Any, st: _Beams, opts: DecodeOptions) -> _Candidates:
         if beam > V - 1:  # fairseq: "the max beam size is the dictionary size - 1, since we never select pad"
             raise ValueError(f"beam {beam} is larger than the vocabulary size - 1 ({V - 1})")
         repeat = torch.arange(bsz, device=lprobs.device).repeat_interleave(beam)
-        st.enc = _reorder(st.enc, repeat)
+        if not st.shared:
+            st.enc = _reorder(st.enc, repeat)
         if st.cache is not None:
             st.cache = _reorder(st.cache, repeat)
         flat, perm = _constrain(lprobs, step, st.max_len, opts), st.perm[:, :1]
@@ -532,8 +547,9 @@ def _prune(st: _Beams, cands: _Candidates, finished: list[int], beam: int) -> _C
     st.sent, st.max_len, st.perm, st.blacklist = st.sent[order], st.max_len[order], st.perm[order], st.blacklist[order]
     positions = st.step + 1
     st.tokens[dst, :positions], st.cum[dst, :positions] = st.tokens[src, :positions], st.cum[src, :positions]
-    rows = order.numel() * beam
-    st.enc, st.cache = _move(st.enc, dst, src, rows), _move(st.cache, dst, src, rows)
+    n, rows = order.numel(), order.numel() * beam
+    st.enc = _move(st.enc, holes, fillers, n) if st.shared else _move(st.enc, dst, src, rows)
+    st.cache = _move(st.cache, dst, src, rows, (holes, fillers, n))
     return cands.select(order)
 
 
@@ -575,7 +591,7 @@ def _advance(st: _Beams, cands: _Candidates, beam: int) -> None:
     dst, src = (perm + base)[copy], (parents + base)[copy]
     positions = step + 1
     st.tokens[dst, :positions], st.cum[dst, :positions] = st.tokens[src, :positions], st.cum[src, :positions]
-    st.cache = _move(st.cache, dst, src, bsz * beam, encoder=False)  # a block's rows share the encoder's
+    st.cache = _move(st.cache, dst, src, bsz * beam)  # within sentences: the encoder's keys/values stay
     rows = (perm + base).view(-1)
     st.tokens[rows, positions] = cands.tokens.gather(1, active).view(-1)
     st.cum[rows, positions] = cands.scores.gather(1, active).view(-1)
