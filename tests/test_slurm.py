@@ -1,9 +1,11 @@
-"""The demo DAG through `--profile profiles/slurm` on a real one-node SLURM (tests/slurm_cluster.py).
+"""A two-run, two-epoch selection of the demo (conftest.DEMO_PAIR: every stage of the DAG, 21 jobs) through
+`--profile profiles/slurm` on a real one-node SLURM (tests/slurm_cluster.py).
 
 Checks that every training and scoring job went through sbatch (the SLURM job id each of their
-JSON outputs records) and that the results equal those of the local demo run of the session
-(`demo_run` in conftest.py: same config, seeds and threads). Results are compared, never timings;
-the wall-clocks are printed for the record.
+JSON outputs records) and that the results equal those of the same selection run locally in the
+session (`demo_pair_run` in conftest.py: same config, seeds and threads). Results are compared, never
+timings; the wall-clocks are printed for the record. The selection rather than the whole demo (over 100 jobs)
+keeps the test to minutes; every rule that is not local still goes through sbatch at least once.
 
 Skipped when SLURM is not installed (`bash .ci/install-slurm.sh` installs it), unless
 LNREPRO_REQUIRE_SLURM=1, where a missing or failing cluster is an error.
@@ -12,27 +14,26 @@ LNREPRO_REQUIRE_SLURM=1, where a missing or failing cluster is an error.
 from __future__ import annotations
 
 import json
-import math
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 
-from conftest import copy_repo
+from conftest import DEMO_PAIR, copy_repo
+from run_results import eval_jsons, score_diffs, table_diffs
 from slurm_cluster import PARTITION, SlurmCluster, slurm_cluster  # noqa: F401  (session fixture)
 
-PRESET = "presets/demo.yaml"
+PRESET = "presets/demo.yaml"  # the resources: its rules are sized here
 # Only what is the test cluster's, on top of profiles/slurm/config.yaml: its partition, no
 # account, small memory requests (the node may be a small CI machine; SLURM does not enforce
 # memory here), fast status polling, and no retries (a failure should show at once, not be
 # retried away). Threads are NOT overridden: the results must equal the local run's.
 TEST_MEM_MB = 256
-SNAKEMAKE_TIMEOUT_S = 3600
+SNAKEMAKE_TIMEOUT_S = 1200  # the selection takes minutes; a stuck cluster should fail well within CI's budget
 
 
 def _test_overrides(workdir: Path) -> list[str]:
@@ -70,12 +71,12 @@ def _failed_job_logs(workdir: Path, limit: int = 3, tail: int = 40) -> str:
 
 @pytest.fixture(scope="module")
 def slurm_run(slurm_cluster: SlurmCluster, tmp_path_factory) -> dict:  # noqa: F811
-    """The demo DAG run through the SLURM profile in a fresh copy of the repository."""
+    """DEMO_PAIR's DAG run through the SLURM profile in a fresh copy of the repository."""
     workdir = copy_repo(tmp_path_factory.mktemp("slurm") / "repo")
     cmd = [
         sys.executable, "-m", "snakemake",
         "--profile", "profiles/slurm",
-        "--configfile", PRESET,
+        "--configfile", *DEMO_PAIR,
         *_test_overrides(workdir),
     ]
     start = time.perf_counter()
@@ -86,7 +87,7 @@ def slurm_run(slurm_cluster: SlurmCluster, tmp_path_factory) -> dict:  # noqa: F
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(
-            f"SLURM demo run did not finish in {SNAKEMAKE_TIMEOUT_S} s\n"
+            f"SLURM run did not finish in {SNAKEMAKE_TIMEOUT_S} s\n"
             f"{(exc.stderr or b'')[-5000:]!r}\n{slurm_cluster.logs()}", pytrace=False,
         )
     wall = time.perf_counter() - start
@@ -104,21 +105,17 @@ def _train_jsons(exp_dir: Path) -> list[Path]:
     return sorted(p for name in ("run.json", "summary.json") for p in exp_dir.glob(f"runs/*/seed*/{name}"))
 
 
-def _eval_jsons(exp_dir: Path) -> list[Path]:
-    return sorted(exp_dir.glob("runs/*/seed*/eval/epoch[0-9][0-9][0-9].json"))
-
-
 @pytest.mark.slurm
-def test_every_train_and_score_job_ran_through_sbatch(slurm_run, demo_run):
+def test_every_train_and_score_job_ran_through_sbatch(slurm_run, demo_pair_run):
     exp_dir, submitted = slurm_run["exp_dir"], set(slurm_run["submitted"])
     assert submitted, "snakemake reported no SLURM submission"
     assert len(submitted) == len(slurm_run["submitted"]), "a SLURM job id was reported twice"
 
-    train, evals = _train_jsons(exp_dir), _eval_jsons(exp_dir)
+    train, evals = _train_jsons(exp_dir), eval_jsons(exp_dir)
     # as many as the local run made (which is the whole DAG)
-    local = demo_run.exp_dir
+    local = demo_pair_run.exp_dir
     assert [p.relative_to(exp_dir) for p in train] == [p.relative_to(local) for p in _train_jsons(local)]
-    assert [p.relative_to(exp_dir) for p in evals] == [p.relative_to(local) for p in _eval_jsons(local)]
+    assert [p.relative_to(exp_dir) for p in evals] == [p.relative_to(local) for p in eval_jsons(local)]
     assert train and evals
 
     ids: dict[Path, str | None] = {p: _slurm_job_id(json.loads(p.read_text())) for p in train + evals}
@@ -134,7 +131,7 @@ def test_every_train_and_score_job_ran_through_sbatch(slurm_run, demo_run):
     assert len(set(distinct)) == len(distinct), "two trainings/scorings share a SLURM job"
 
     # the local run recorded none
-    local_ids = [_slurm_job_id(json.loads(p.read_text())) for p in _eval_jsons(local) + _train_jsons(local)]
+    local_ids = [_slurm_job_id(json.loads(p.read_text())) for p in eval_jsons(local) + _train_jsons(local)]
     assert not any(local_ids), "the local demo run recorded SLURM job ids"
 
     # the SLURM logs are kept (profile: slurm-keep-successful-logs)
@@ -142,60 +139,24 @@ def test_every_train_and_score_job_ran_through_sbatch(slurm_run, demo_run):
     assert len(kept) >= len(submitted)
 
     print(
-        f"\nSLURM demo run: {len(submitted)} SLURM jobs submitted "
+        f"\nSLURM run of the demo pair: {len(submitted)} SLURM jobs submitted "
         f"({len(run_ids)} trainings, {len(evals)} scorings, {len(submitted) - len(run_ids) - len(evals)} other); "
-        f"wall-clock {slurm_run['wall_s']:.1f} s through SLURM vs {demo_run.wall_s:.1f} s local (--cores 2)"
+        f"wall-clock {slurm_run['wall_s']:.1f} s through SLURM vs {demo_pair_run.wall_s:.1f} s local (--cores 2)"
     )
 
 
-METRICS = ("loss", "nll", "bleu_tok", "sacrebleu")
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    return a == b
-
-
 @pytest.mark.slurm
-def test_slurm_results_equal_local_results(slurm_run, demo_run):
+def test_slurm_results_equal_local_results(slurm_run, demo_pair_run):
     """Validation loss and BLEU of every checkpoint and split, bit for bit, and the report tables'."""
-    exp_dir, local = slurm_run["exp_dir"], demo_run.exp_dir
-    evals = _eval_jsons(local)
-    assert evals
-    diffs = []
-    for path in evals:
+    exp_dir, local = slurm_run["exp_dir"], demo_pair_run.exp_dir
+    for path in eval_jsons(local):
         rel = path.relative_to(local)
-        a, b = json.loads(path.read_text()), json.loads((exp_dir / rel).read_text())
-        assert a["status"] == b["status"], f"{rel}: status {a['status']} locally, {b['status']} on SLURM"
-        assert a["threads"] == b["threads"], f"{rel}: different thread counts"
-        for split, sa in (a.get("splits") or {}).items():
-            sb = (b.get("splits") or {}).get(split)
-            if sa is None or sb is None:
-                assert sa == sb, f"{rel} {split}: scored in one run only"
-                continue
-            for key in METRICS:
-                if not _same(sa[key], sb[key]):
-                    diffs.append(f"{rel} {split} {key}: local {sa[key]!r} != SLURM {sb[key]!r}")
-    assert not diffs, "results differ:\n" + "\n".join(diffs[:20])
-
-    # the report's tables: every BLEU and loss column (timings excluded)
-    tables = sorted((local / "report" / "tables").glob("*.csv"))
-    assert tables, "the local run wrote no report tables"
-    metric = re.compile(r"bleu|loss", re.I)
-    timing = re.compile(r"wall|time|sec|hour|per_s|_s$|_s_|speed|throughput", re.I)
-    compared = 0
-    for path in tables:
-        rel = path.relative_to(local)
-        a, b = pd.read_csv(path), pd.read_csv(exp_dir / rel)
-        assert list(a.columns) == list(b.columns), f"{rel}: columns differ"
-        cols = [c for c in a.columns if metric.search(str(c)) and not timing.search(str(c))]
-        if not cols:
-            continue
-        assert len(a) == len(b), f"{rel}: {len(a)} rows locally, {len(b)} on SLURM"
-        pd.testing.assert_frame_equal(a[cols], b[cols], check_exact=True, obj=str(rel))
-        compared += 1
-    assert compared, f"no BLEU/loss columns found in {[t.name for t in tables]}"
+        threads = [json.loads(p.read_text())["threads"] for p in (path, exp_dir / rel)]
+        assert threads[0] == threads[1], f"{rel}: different thread counts"
+    diffs = score_diffs(local, exp_dir)
+    assert not diffs, "results differ (local != SLURM):\n" + "\n".join(diffs[:20])
+    diffs = table_diffs(local, exp_dir)
+    assert not diffs, "report tables differ (local != SLURM):\n" + "\n".join(diffs[:20])
 
 
 @pytest.mark.parametrize("profile", ["profiles/slurm", "profiles/local"])
