@@ -10,6 +10,7 @@ import pandas as pd
 
 from conftest import REPO, DemoRun, snakemake
 from lnrepro.analysis import FIGURES
+from lnrepro import config as cfg
 from lnrepro.config import Experiment
 
 
@@ -93,3 +94,47 @@ def test_paper_dag_lists_every_job() -> None:
     assert counts["train_run"] == "24"  # 8 runs x 3 seeds
     assert counts["score_checkpoint"] == str(24 * 20)
     assert counts["make_report"] == "1" and counts["gradinit"] == "1"
+
+
+def _jobs(out: str) -> list[tuple[str, list[str]]]:
+    """(rule, outputs) of every job a dry run lists."""
+    return [(rule, outputs.split(", ")) for rule, outputs in
+            re.findall(r"^(?:local)?rule (\w+):\n(?:    (?!output:).*\n)*    output: (.*)$", out, flags=re.M)]
+
+
+def test_per_split_dag_lists_exactly_the_scorings(tmp_path: Path) -> None:
+    """valid at every epoch, test with beam 5 at epoch 2 and the last: one scoring job per checkpoint, whose
+    outputs are the hypotheses of exactly the splits due there, each group reading its own slice."""
+    layer = tmp_path / "per_split.yaml"
+    layer.write_text("defaults: {eval: {splits: {test: {beam: 5, epochs: [2, last]}}}}\n")
+    proc = snakemake(REPO, "-n", "--configfile", "presets/demo.yaml", str(layer))
+    jobs = _jobs(proc.stdout + proc.stderr)
+    x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml", layer]))
+    trainings = sum(len(x.seeds_of(run)) for run in x.select)
+    scorings = [(rule, outputs) for rule, outputs in jobs if rule.startswith("score_checkpoint")]
+    assert len(scorings) == trainings * x.epochs  # one per checkpoint
+    for rule, outputs in scorings:
+        ep = int(re.search(r"epoch(\d{3})\.json$", outputs[0]).group(1))
+        due = ("valid", "test") if ep in (2, x.epochs) else ("valid",)
+        assert rule == ("score_checkpoint" if len(due) == 2 else "score_checkpoint_valid"), (rule, ep)
+        assert [o.rsplit(".", 2)[-2] for o in outputs[1:]] == list(due), outputs
+    slices = {outputs[0] for rule, outputs in jobs if rule == "write_slice"}
+    assert {"results/demo/eval.json", "results/demo/eval_valid.json"} <= slices
+
+
+def test_changing_one_splits_epochs_rescores_only_its_checkpoints(demo_run: DemoRun, tmp_path: Path) -> None:
+    """After the demo (both splits at every epoch), scoring test at the last epoch only rewrites no slice of the
+    last epoch's jobs: the dry run rescores epochs 1 and 2 (valid alone now) and neither the last epoch nor any
+    training."""
+    layer = tmp_path / "test_last.yaml"
+    layer.write_text("defaults: {eval: {splits: {test: {epochs: last}}}}\n")
+    proc = snakemake(demo_run.workdir, "-n", "--configfile", "presets/demo.yaml", str(layer))
+    jobs = _jobs(proc.stdout + proc.stderr)
+    rules = {rule for rule, _ in jobs}
+    assert "train_run" not in rules and "score_checkpoint" not in rules, sorted(rules)
+    x = _demo(demo_run)
+    rescored = [outputs[0] for rule, outputs in jobs if rule == "score_checkpoint_valid"]
+    assert len(rescored) == sum(len(x.seeds_of(run)) for run in x.select) * (x.epochs - 1)
+    assert not any(o.endswith(f"epoch{x.epochs:03d}.json") for o in rescored)
+    slices = {outputs[0] for rule, outputs in jobs if rule == "write_slice"}
+    assert "results/demo/eval.json" not in slices and "results/demo/eval_valid.json" in slices
