@@ -120,8 +120,8 @@ def test_gradinit_slices_ignore_the_beam_notes_mirror_and_the_runs_other_setting
         assert x.gradinit_config(after_warmup=True) == base.gradinit_config(after_warmup=True), change
     # the demo's dataset has no download location; config.yaml's has a mirror
     paper = experiment(load_config([REPO / "config.yaml"]))
-    moved = experiment(load_config([REPO / "config.yaml",
-                                    _layer(tmp_path / "m.yaml", {"defaults": {"data": {"iwslt14": {"mirror": "/x"}}}})]))
+    mirror = _layer(tmp_path / "m.yaml", {"defaults": {"data": {"iwslt14": {"mirror": "/x"}}}})
+    moved = experiment(load_config([REPO / "config.yaml", mirror]))
     assert moved.gradinit_config() == paper.gradinit_config() and moved.to_dict() == paper.to_dict()
     # the init job's slice does not carry the run measured after warm-up; that job's does, with its T_warmup
     assert base.gradinit_config().gradinit.after_warmup_run is None
