@@ -223,14 +223,20 @@ def test_both_states_damaged_trains_from_the_start(reference, bpe, tmp_path, mon
 # ---- 5. a second trainer on one state ------------------------------------------------------------------------
 
 
-def test_second_trainer_waits_for_the_lock_then_reuses_the_finished_run(reference, bpe, tmp_path):
-    """The first trainer is stopped (SIGSTOP) while it holds the lock, so the second one surely meets it."""
+def stopped_holder_and_waiter(bpe, tmp_path):
+    """A first trainer stopped (SIGSTOP) while it holds the lock, and a second one waiting for it."""
     run, cfg = tmp_path / "run", write_config(tmp_path / "config.json")
     a = spawn(run, cfg, bpe, tmp_path / "a.err")
     wait_for(lambda: (run / "state" / "last.pt").exists(), "the first checkpoint")
     os.kill(a.pid, signal.SIGSTOP)
     b = spawn(run, cfg, bpe, tmp_path / "b.err")
     wait_for(lambda: "waiting until it ends" in (tmp_path / "b.err").read_text(), "the second trainer to wait")
+    return run, a, b
+
+
+def test_second_trainer_waits_for_the_lock_then_reuses_the_finished_run(reference, bpe, tmp_path):
+    """The first trainer is stopped (SIGSTOP) while it holds the lock, so the second one surely meets it."""
+    run, a, b = stopped_holder_and_waiter(bpe, tmp_path)
     assert f"(pid {a.pid})" in (tmp_path / "b.err").read_text()
     os.kill(a.pid, signal.SIGCONT)
     assert a.wait(timeout=300) == 0 and b.wait(timeout=300) == 0
@@ -242,12 +248,7 @@ def test_second_trainer_waits_for_the_lock_then_reuses_the_finished_run(referenc
 
 def test_second_trainer_resumes_when_the_holder_is_killed(reference, bpe, tmp_path):
     """An orphan of a killed Snakemake, killed in turn: its lock dies with it, the waiting trainer resumes."""
-    run, cfg = tmp_path / "run", write_config(tmp_path / "config.json")
-    a = spawn(run, cfg, bpe, tmp_path / "a.err")
-    wait_for(lambda: (run / "state" / "last.pt").exists(), "the first checkpoint")
-    os.kill(a.pid, signal.SIGSTOP)
-    b = spawn(run, cfg, bpe, tmp_path / "b.err")
-    wait_for(lambda: "waiting until it ends" in (tmp_path / "b.err").read_text(), "the second trainer to wait")
+    run, a, b = stopped_holder_and_waiter(bpe, tmp_path)
     os.kill(a.pid, signal.SIGKILL)
     a.wait()
     assert b.wait(timeout=300) == 0
