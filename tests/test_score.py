@@ -210,3 +210,18 @@ def test_bad_eval_json(task, tmp_path, where, key, value, msg):
     bad.write_text(json.dumps(cfg))
     with pytest.raises(LnReproError, match=msg):
         score_checkpoint(task["diverged"], bad, task["bpe"], task["prepared"], tmp_path / "o.json", threads=1)
+
+
+def test_an_out_of_range_id_in_a_scored_split_is_named(task, tmp_path):
+    """An id beyond the model's vocabulary in valid.de.ids: one message naming file, line and id, no output."""
+    import shutil
+
+    bpe = tmp_path / "bpe"
+    shutil.copytree(task["bpe"], bpe)
+    lines = (bpe / "valid.de.ids").read_text().splitlines()
+    lines[2] = f"{lines[2]} 99999"
+    (bpe / "valid.de.ids").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.json"
+    with pytest.raises(LnReproError, match=r"valid\.de\.ids:3: id 99999 is outside the vocabulary"):
+        score_checkpoint(task["trained"], task["eval_json"], bpe, task["prepared"], out, threads=1)
+    assert not out.exists()

@@ -156,9 +156,11 @@ class TrainBatches:
 
     def __init__(self, bpe_dir: Path) -> None:
         from ..train.batching import read_ids
+        from ..train.loop import vocab_size
 
         bpe_dir = Path(bpe_dir)
-        self.src, self.tgt = read_ids(bpe_dir / "train.de.ids"), read_ids(bpe_dir / "train.en.ids")
+        vocab = vocab_size(bpe_dir / "spm.model")
+        self.src, self.tgt = read_ids(bpe_dir / "train.de.ids", vocab), read_ids(bpe_dir / "train.en.ids", vocab)
         if len(self.src) != len(self.tgt) or not self.src:
             raise LnReproError(f"{bpe_dir}: train.de.ids and train.en.ids must be non-empty with equal line counts "
                                f"(got {len(self.src)} and {len(self.tgt)})")

@@ -170,7 +170,7 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
     for split, opts in options.items():
         src_path, tgt_path = bpe_dir / f"{split}.de.ids", bpe_dir / f"{split}.en.ids"
         ref_path, raw_path = prepared_dir / f"{split}.en", prepared_dir / f"{split}.raw.en"
-        src, tgt = read_ids(src_path), read_ids(tgt_path)
+        src, tgt = read_ids(src_path, model.cfg.vocab_size), read_ids(tgt_path, model.cfg.vocab_size)
         try:
             refs, raw = read_lines(ref_path), read_lines(raw_path)
         except FileNotFoundError as e:
