@@ -71,7 +71,7 @@ def spawn(run: Path, cfg: Path, bpe: Path, stderr: Path) -> subprocess.Popen:
                                 stderr=err)
 
 
-def wait_for(pred, what: str, timeout: float = 120) -> None:
+def wait_for(pred, what: str, timeout: float = 600) -> None:  # generous: a loaded machine is slow, not wrong
     deadline = time.time() + timeout
     while not pred():
         assert time.time() < deadline, f"timed out waiting for {what}"

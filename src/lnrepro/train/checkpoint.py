@@ -216,8 +216,7 @@ class StateDir:
 
     def finish(self, outputs: dict[str, bytes], digest: dict[str, Any]) -> None:
         """Keep the declared outputs' bytes in outputs/, then mark the state finished (restore_finished)."""
-        for name, data in outputs.items():
-            atomic_write_bytes(self.outputs / name, data)
+        write_outputs(self.outputs, outputs)
         atomic_write_json(self.finished, {
             "digest": digest["digest"], "time": time.time(),
             "outputs": {name: hashlib.sha256(data).hexdigest() for name, data in outputs.items()}})
