@@ -1,8 +1,7 @@
 # What the rule files share besides lnrepro.paths (P): the configuration slices every stage reads.
 
-import json
 
-from lnrepro.io import atomic_write_json
+from lnrepro.io import atomic_write_json, json_text
 
 # Scoring: the splits scored together at some epochs (EvalSettings.groups) have one rule and one slice each,
 # named by a suffix: none for the group of every split (score_checkpoint, eval.json), else _{splits}
@@ -59,6 +58,6 @@ rule write_run_config:
     output:
         P.run_config(),
     params:
-        slice=lambda w: json.dumps(X.run_config(w.run, int(w.seed)).to_dict(), indent=2, sort_keys=True),
+        slice=lambda w: json_text(X.run_config(w.run, int(w.seed)).to_dict()),
     shell:
-        "printf '%s\\n' {params.slice:q} > {output}.tmp && mv {output}.tmp {output}"
+        "printf '%s' {params.slice:q} > {output}.tmp && mv {output}.tmp {output}"
