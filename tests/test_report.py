@@ -257,8 +257,8 @@ def test_figures_and_tables_exist(report):
     ep = pd.read_csv(out / "tables" / "epochs.csv")
     assert len(ep) == len(RUNS) * len(SEEDS) * EPOCHS
     assert set(ep["status"]) == {"ok", "diverged", "not evaluated"}
-    for name in ("run_epochs", "divergence", "wallclock", "milestones", "train_curves", "grad_norms_early",
-                 "grad_norms_by_epoch"):
+    for name in ("run_epochs", "divergence", "wallclock", "milestones", "plateau", "train_curves",
+                 "grad_norms_early", "grad_norms_by_epoch"):
         assert (out / "tables" / f"{name}.csv").exists(), name
     assert not list(out.rglob("*.tmp"))
 

@@ -85,3 +85,18 @@ def test_run_facts_config_and_execution():
     other = next(r for r in EXP.select if r not in execution)
     assert f.loc[other, "seeds_trained"] == "" and math.isnan(f.loc[other, "train_wall_s"])
     assert f.loc[RUN, "schedule.warmup_updates"] == pytest.approx(EXP.runs[RUN].schedule.warmup_updates)
+
+
+def test_plateau_spread_of_the_last_three_scored_epochs():
+    """A run falling 0.5% an epoch at the end is a plateau, one falling 5% is not, and an epoch with no
+    valid score (test-only, diverged) is skipped rather than counted."""
+    rows = []
+    for run, losses in (("flat", [6.0, 5.0, 4.02, 4.01, 4.0]), ("falling", [6.0, 5.0, 4.4, 4.2, 4.0]),
+                        ("short", [5.0, 4.0, math.nan, math.nan, math.nan])):
+        rows += [{"run": run, "epoch": ep, "valid_loss_base2_mean": v} for ep, v in enumerate(losses, 1)]
+    rows.append({"run": "flat", "epoch": 6, "valid_loss_base2_mean": math.nan})
+    pl = ag.plateau_table(pd.DataFrame(rows), "valid").set_index("run")
+    assert pl.loc["flat", "epochs"] == "3-5" and bool(pl.loc["flat", "plateau"])
+    assert pl.loc["flat", "spread"] == pytest.approx(0.02 / 4.0)
+    assert pl.loc["falling", "spread"] == pytest.approx(0.4 / 4.0) and not bool(pl.loc["falling", "plateau"])
+    assert pd.isna(pl.loc["short", "plateau"]) and pd.isna(pl.loc["short", "spread"])

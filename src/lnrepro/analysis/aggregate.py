@@ -307,6 +307,32 @@ def milestone_table(run_epochs: pd.DataFrame, split: str, frac: float = 0.95) ->
     return pd.DataFrame(rows, columns=cols)
 
 
+PLATEAU_EPOCHS = 3  # issue 14: a plateau is the last three epochs' validation losses within 1% of each other
+PLATEAU_TOLERANCE = 0.01
+
+
+def plateau_table(run_epochs: pd.DataFrame, split: str) -> pd.DataFrame:
+    """Per run, the spread of the seed-mean validation loss over its last ``PLATEAU_EPOCHS`` scored epochs,
+    (max - min) / min, and whether it is within ``PLATEAU_TOLERANCE``: says whether a run had stopped
+    improving when the budget ended, so that a comparison at the last epoch is not one of unfinished runs."""
+    col = f"{split}_loss_base2_mean"
+    cols = ["run", "epochs", "loss_first", "loss_last", "spread", "plateau"]
+    if run_epochs.empty or col not in run_epochs:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for run, g in run_epochs.groupby("run", sort=False):
+        last = g[g[col].notna()].sort_values("epoch").tail(PLATEAU_EPOCHS)
+        row: dict[str, Any] = {"run": run}
+        if len(last) == PLATEAU_EPOCHS:
+            v = last[col].astype(float)
+            spread = (v.max() - v.min()) / v.min()
+            row.update(epochs=f"{int(last['epoch'].iloc[0])}-{int(last['epoch'].iloc[-1])}",
+                       loss_first=v.iloc[0], loss_last=v.iloc[-1], spread=spread,
+                       plateau=bool(spread <= PLATEAU_TOLERANCE))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
+
+
 # ---------------------------------------------------------------------------------------------------
 # train.jsonl: scalar curves and per-layer gradient norms
 
@@ -447,6 +473,7 @@ class Aggregate:
     divergence: pd.DataFrame      # per run
     wallclock: pd.DataFrame       # per (run, seed)
     milestones: pd.DataFrame      # per run
+    plateau: pd.DataFrame         # per run
     curves: pd.DataFrame          # per (run, seed, logged update)
     layers: pd.DataFrame          # per (run, seed, logged update, layer key) (not written: can be large)
     layers_early: pd.DataFrame    # per (run, seed, layer key), over the early window
@@ -458,7 +485,8 @@ class Aggregate:
     def tables(self) -> dict[str, pd.DataFrame]:
         return {
             "epochs": self.epochs, "run_epochs": self.run_epochs, "divergence": self.divergence,
-            "wallclock": self.wallclock, "milestones": self.milestones, "train_curves": self.curves,
+            "wallclock": self.wallclock, "milestones": self.milestones, "plateau": self.plateau,
+            "train_curves": self.curves,
             "grad_norms_early": self.layers_early, "grad_norms_by_epoch": self.layers_by_epoch,
         }
 
@@ -476,6 +504,7 @@ def aggregate(exp_dir: Path, experiment: Experiment) -> Aggregate:
         divergence=divergence_table(exp_dir, experiment, epochs),
         wallclock=wallclock_table(exp_dir, experiment, epochs, log.curves),
         milestones=milestone_table(run_epochs, split),
+        plateau=plateau_table(run_epochs, split),
         curves=log.curves, layers=log.layers,
         layers_early=layer_grad_summary(log.layers, early),
         layers_by_epoch=layer_grad_by_epoch(log.layers),
@@ -502,6 +531,6 @@ def write_tables(agg: Aggregate, tables_dir: Path) -> dict[str, Path]:
 
 __all__ = [
     "Aggregate", "aggregate", "epoch_table", "run_epoch_table", "divergence_table", "wallclock_table",
-    "milestone_table", "summary_table", "read_train_logs", "parse_layer_key", "layer_grad_summary", "write_tables", "write_csv",
+    "milestone_table", "plateau_table", "summary_table", "read_train_logs", "parse_layer_key", "layer_grad_summary", "write_tables", "write_csv",
     "to_csv_text", "primary_split",
 ]

@@ -82,7 +82,23 @@ def figure4_section(report: Path) -> list[str]:
     n = per_epoch[per_epoch["run"].isin(runs)].groupby("run")["n_ok"].max().to_dict()
     seeds = ", ".join(f"{run} {int(n.get(run, 0))}" for run in runs)
     return ([f"**Figure 4 at this scale** (seed mean ± standard deviation; seeds: {seeds}):", ""]
-            + _md(header, rows))
+            + _md(header, rows) + ["", plateau_sentence(report, runs)])
+
+
+def plateau_sentence(report: Path, runs: list[str]) -> str:
+    """Whether each Figure 4 run had stopped improving: its last three epochs' spread (plateau.csv)."""
+    plateau = _table(report, "plateau").set_index("run")
+    parts = []
+    for run in runs:
+        if run not in plateau.index or pd.isna(plateau.loc[run, "spread"]):
+            parts.append(f"{run}: fewer than three scored epochs")
+            continue
+        r = plateau.loc[run]
+        verdict = "a plateau" if str(r["plateau"]).lower() == "true" else "still changing, not a plateau"
+        parts.append(f"{run} {_num(r['loss_first'])} to {_num(r['loss_last'])} bits over epochs {r['epochs']}, "
+                     f"a spread of {_num(100 * float(r['spread']), 1)}% ({verdict})")
+    return ("Validation loss over the last three epochs (a plateau: within 1% of each other): "
+            + "; ".join(parts) + ".")
 
 
 def effects_section(report: Path) -> list[str]:

@@ -373,6 +373,11 @@ def _figure4(ctx: _Context) -> list[str]:
         parts += ctx.per_epoch(f"sacreBLEU (detokenized, against the raw references) on {sp}", sp, "sacrebleu",
                                f"sacrebleu-per-epoch-{sp}")
     return parts + [
+        f"<h3>Had the runs stopped improving?</h3><p>The spread of each run's seed-mean validation loss (bits) "
+        f"on {_esc(split)} over its last three scored epochs, (max - min) / min; <em>plateau</em> when it is "
+        "within 1%. A comparison at the last epoch between runs that are still improving compares how fast "
+        "they learn, not where they end.</p>",
+        _table(ctx.agg.plateau, "plateau"),
         f"<h3>Checkpoints and time to a common BLEU</h3><p>Target: 95% of the best seed-mean tokenized BLEU any "
         f"run reaches on {_esc(split)}. The paper's claim (Pre-LN's 9th checkpoint about as good as Post-LN's 15th) "
         "is about the epoch column; the wall-clock column says whether it holds in time.</p>",
