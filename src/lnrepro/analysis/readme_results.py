@@ -94,7 +94,7 @@ def plateau_sentence(report: Path, runs: list[str]) -> str:
             parts.append(f"{run}: fewer than three scored epochs")
             continue
         r = plateau.loc[run]
-        verdict = "a plateau" if str(r["plateau"]).lower() == "true" else "still changing, not a plateau"
+        verdict = "a plateau" if bool(r["plateau"]) else "still changing, not a plateau"
         parts.append(f"{run} {_num(r['loss_first'])} to {_num(r['loss_last'])} bits over epochs {r['epochs']}, "
                      f"a spread of {_num(100 * float(r['spread']), 1)}% ({verdict})")
     return ("Validation loss over the last three epochs (a plateau: within 1% of each other): "
