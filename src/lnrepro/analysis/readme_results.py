@@ -1,6 +1,6 @@
 """The README's "Results" section, generated from a published report's tables so the two cannot drift apart.
 
-``lnrepro readme-results --report results/study-cpu/report`` rewrites the text between the two markers of
+``lnrepro readme-results --report published/study-cpu`` rewrites the text between the two markers of
 README.md from that report's CSV tables (tables/*.csv, docs/outputs.md); ``--check`` only compares and fails
 when the README differs (tests/test_readme_results.py runs it on the committed report). Every number in the
 section is a cell of one of those tables, formatted, never recomputed.

@@ -1,0 +1,61 @@
+"""Published results live where no rule writes (docs/architecture.md, "Published results"): every path the
+planned DAG of every preset writes (outputs, logs, benchmarks) lies under ``results/``, no committed file
+does, and the README's study command plans the whole study on a fresh clone."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, copy_repo, snakemake
+from lnrepro import config as cfg
+
+# The config files a user runs: the paper's experiment alone and each preset layered on it.
+PRESETS = [None, *sorted(p.name for p in (REPO / "presets").glob("*.yaml"))]
+MIRROR = 'defaults={"data": {"multi30k": {"mirror": "/path/to/multi30k"}}}'  # the README's study command
+
+
+def planned(workdir: Path, preset: str | None) -> tuple[set[str], dict[str, int]]:
+    """Every path the dry run says a job writes, and its job counts per rule."""
+    args = ["-n", "--cores", "2"] + (["--configfile", f"presets/{preset}", "--config", MIRROR] if preset else [])
+    proc = snakemake(workdir, *args)
+    text = proc.stdout + proc.stderr
+    paths = {p.strip() for line in re.findall(r"^\s+(?:output|log|benchmark): (.+)$", text, flags=re.M)
+             for p in line.split(",")}
+    stats = text.split("Job stats:", 1)[1].split("Reasons:", 1)[0] if "Job stats:" in text else ""
+    counts = {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)$", stats, flags=re.M)}
+    return paths, counts
+
+
+@pytest.fixture(scope="module")
+def fresh_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_repo(tmp_path_factory.mktemp("published") / "repo")
+
+
+def test_no_committed_file_lies_under_results() -> None:
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "results"], capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert listed.stdout.split() == [], "committed files under results/, which the DAG writes"
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p or "config.yaml")
+def test_every_planned_path_lies_under_results(fresh_clone: Path, preset: str | None) -> None:
+    paths, counts = planned(fresh_clone, preset)
+    assert counts.get("all") == 1 and paths, f"the dry run planned nothing: {counts}"
+    outside = sorted(p for p in paths if not p.startswith("results/") or ".." in Path(p).parts)
+    assert outside == [], outside
+
+
+def test_the_readme_study_command_plans_the_whole_study(fresh_clone: Path) -> None:
+    """On a fresh clone the README's command plans every training and the report (the published copy in
+    published/ is not the DAG's output, so Snakemake cannot take it as built)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"--configfile presets/study-cpu.yaml --config '{MIRROR}'" in readme
+    _, counts = planned(fresh_clone, "study-cpu.yaml")
+    x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "study-cpu.yaml"]))
+    assert counts.get("make_report") == 1, counts
+    assert counts.get("train_run") == sum(len(x.seeds_of(run)) for run in x.select), counts
