@@ -152,3 +152,39 @@ def test_relative_paths_resolve_in_the_working_directory(tmp_path: Path) -> None
     stats = yaml.safe_load((work / "results" / "elsewhere" / "data" / "prepared" / "stats.json").read_text())
     assert stats["counts"] == archive.counts
     assert not (REPO / "results" / "elsewhere").exists()
+
+
+# Names that would escape results/ or break a rule's shell command (issue 20): every one is refused at load.
+HOSTILE_NAMES = ["..", ".", "-x", "a b", "a/b", "a;b", "$(id)", "a*b", "a'b", "tab\there", ""]
+
+
+@pytest.mark.parametrize("name", [*HOSTILE_NAMES, "downloads", "a=b"])
+def test_a_hostile_experiment_name_is_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(LnReproError, match=r"^config: (key name: .* does not match|name 'downloads' is the folder)") as e:
+        cfg.load_config([REPO / "config.yaml", DEMO, _layer(tmp_path, {"name": name})])
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_hostile_run_or_grid_name_is_refused(tmp_path: Path, name: str) -> None:
+    run = {"runs": {name: {"model": {"norm": "pre"}}}, "select": [name]}
+    with pytest.raises(LnReproError, match=r"^config: key runs: .* does not match"):
+        cfg.load_config([REPO / "config.yaml", DEMO, _layer(tmp_path, run)])
+    grid = {"grids": {name: {"base": "postln_warmup_isqrt", "values": {"optim.lr_max": [1.0e-3]}}}}
+    with pytest.raises(LnReproError, match=r"^config: key grids: .* does not match"):
+        cfg.load_config([REPO / "config.yaml", DEMO, _layer(tmp_path, grid)])
+
+
+def test_safe_names_are_accepted(tmp_path: Path) -> None:
+    layer = {"name": "demo-2.v1_x", "runs": {"pre_lr=2e-3": {"model": {"norm": "pre"}}}, "select": ["pre_lr=2e-3"],
+             "comparisons": {}}
+    assert cfg.experiment(cfg.load_config([REPO / "config.yaml", DEMO, _layer(tmp_path, layer)])).name == "demo-2.v1_x"
+
+
+def test_snakemake_refuses_an_escaping_name_and_writes_nothing(tmp_path: Path) -> None:
+    """`name: ..` once wrote data.json, data/ and logs/ beside results/ (into the checkout's root)."""
+    proc = _snakemake(tmp_path, "data", "--cores", "1", "--configfile", str(DEMO), str(_layer(tmp_path, {"name": ".."})))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out
+    assert [line for line in out.splitlines() if line.startswith("config: key name: ")], out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".snakemake", "fault.yaml"]  # Snakemake's own metadata

@@ -25,6 +25,7 @@ import yaml
 
 from ..errors import LnReproError
 from ..norms import NORMS
+from ..paths import DOWNLOADS
 from ..stages import WORKER_RULES
 from .settings import (
     FACTOR_KEYS,
@@ -50,7 +51,7 @@ LOCATION_KEYS = frozenset({"urls", "url_base", "archive", "mirror", "check_count
 RUN_SECTIONS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RunSettings))
 # A grid's run name: the base, then ``key=value`` per varied key (the key's last part), joined by GRID_SEP.
 GRID_SEP = "__"
-GRID_RUN_NAME = re.compile(r"[A-Za-z0-9_.=-]+")
+GRID_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=-]*")  # the schema's pattern of run names
 # Varying T_warmup in a grid sets the isqrt anchor to the same value (fairseq's --warmup-updates sets both),
 # and T_warmup 0 stands for no warm-up (the paper's warm-up study); outside grids both are as configured.
 WARMUP_KEY, ANCHOR_KEY, WARMUP_SWITCH = "schedule.warmup_updates", "schedule.anchor_updates", "schedule.warmup"
@@ -111,6 +112,9 @@ def validate_config(config: dict) -> None:
 
 def check_semantics(config: dict) -> None:
     """What the schema cannot express: names that must exist, and settings that must agree."""
+    if f"results/{config['name']}" == DOWNLOADS:
+        raise LnReproError(f"config: name {config['name']!r} is the folder {DOWNLOADS}, which holds the downloads "
+                           "every experiment shares: choose another name")
     _check_grids(config)
     runs, grids = run_deltas(config), config.get("grids", {})
     for name in config["select"]:
