@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from .argtypes import count, size
 from .errors import LnReproError
 from .paths import DOWNLOADS
 
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", type=Path, required=True, help="destination file (written atomically)")
     d.add_argument("--md5")
     d.add_argument("--sha256")
-    d.add_argument("--size", type=int)
+    d.add_argument("--size", type=size)
     d.add_argument("--mirror", type=Path, help="a folder holding a file of the same name")
     d.add_argument("--archive", type=Path, help="a local copy of the file")
     d.add_argument("--checksum-key", default="the checksum", help="config key named in a mismatch message")
@@ -112,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--data-config", type=Path, required=True, help="data.json: the dataset and its settings")
     pr.add_argument("--downloads", type=Path, default=Path(DOWNLOADS), help="the folder the files were fetched to")
     pr.add_argument("--out", type=Path, required=True, help="the prepared folder")
-    pr.add_argument("--threads", type=int, default=1)
+    pr.add_argument("--threads", type=count, default=1)
     pr.add_argument("--no-check-counts", action="store_true", help="do not check the settings' expected_counts")
     pr.set_defaults(func=_prepare)
 
@@ -125,14 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--bpe", type=Path, required=True, help="the bpe folder holding spm.model")
     for action in (learn, apply):
         action.add_argument("--prepared", type=Path, required=True, help="the prepared folder")
-        action.add_argument("--threads", type=int, default=1)
+        action.add_argument("--threads", type=count, default=1)
     b.set_defaults(func=_bpe)
 
     t = sub.add_parser("train", help="train one run and seed (resumes an interrupted attempt)")
     t.add_argument("--config", type=Path, required=True, help="the run's config.json")
     t.add_argument("--bpe", type=Path, required=True, help="the bpe folder (spm.model, encoded splits)")
     t.add_argument("--run-dir", type=Path, required=True)
-    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--threads", type=count, default=1)
     t.set_defaults(func=_train)
 
     e = sub.add_parser("evaluate", help="score one epoch checkpoint: validation loss, decoding, BLEU")
@@ -142,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--bpe", type=Path, required=True)
     e.add_argument("--prepared", type=Path, required=True)
     e.add_argument("--out", type=Path, required=True, help="eval/epochNNN.json (hypotheses beside it)")
-    e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--threads", type=count, default=1)
     e.set_defaults(func=_evaluate)
 
     g = sub.add_parser("gradinit", help="per-layer expected gradient at initialization, every norm position and depth")
@@ -153,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fit", type=Path, help="gradinit_fit.csv: the last layer's value against depth, fitted")
     g.add_argument("--after-warmup", type=Path, nargs="+", metavar="MANIFEST",
                    help="instead: measure analysis.gradinit.after_warmup_run at its end of warm-up (its epoch manifests)")
-    g.add_argument("--threads", type=int, default=1)
+    g.add_argument("--threads", type=count, default=1)
     g.set_defaults(func=_gradinit)
 
     r = sub.add_parser("report", help="write the HTML report, figures, tables and confounds")

@@ -1,0 +1,38 @@
+"""Fault suite, command line (issue 20): a bad number on any subcommand is argparse's one-line usage error
+naming the option, never a traceback from deep inside a stage."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# Each subcommand with its required options (values never read: argparse refuses the number first).
+COMMANDS = {
+    "prepare": ["--data-config", "x", "--out", "y"],
+    "bpe learn": ["--bpe-config", "x", "--out", "y", "--prepared", "z"],
+    "bpe apply": ["--bpe", "x", "--prepared", "z"],
+    "train": ["--config", "x", "--bpe", "y", "--run-dir", "z"],
+    "evaluate": ["--manifest", "x", "--eval-config", "y", "--bpe", "z", "--prepared", "p", "--out", "o"],
+    "gradinit": ["--gradinit-config", "x", "--bpe", "y", "--out", "z"],
+    "bench": [],
+}
+
+
+def lnrepro(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lnrepro", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("value, expected", [("0", "expected at least 1, got 0"), ("-2", "expected at least 1, got -2"),
+                                             ("two", "expected a whole number, got 'two'")])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_bad_thread_count_is_one_usage_error(command: str, value: str, expected: str) -> None:
+    proc = lnrepro(*command.split(), *COMMANDS[command], "--threads", value)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"error: argument --threads: {expected}" in proc.stderr.splitlines()[-1], proc.stderr
+
+
+def test_a_negative_download_size_is_one_usage_error() -> None:
+    proc = lnrepro("download", "--out", "x", "--size", "-1")
+    assert proc.returncode == 2 and "argument --size: expected at least 0, got -1" in proc.stderr, proc.stderr
