@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from ..argtypes import count
 from ..errors import LnReproError
 
 if TYPE_CHECKING:
@@ -83,8 +84,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--sizes", type=_csv(tuple(SIZES)),
                    help="model sizes for train/mfu (default multi30k,paper; --quick: tiny)")
     b.add_argument("--precisions", type=_csv(PRECISIONS), default=list(PRECISIONS), help="default fp32,bf16")
-    b.add_argument("--reps", type=int, help="timed repetitions per pair, after one warm-up (default 3; --quick: 2)")
-    b.add_argument("--threads", type=int, default=1, help="torch threads for every measurement (default 1)")
+    b.add_argument("--reps", type=count, help="timed repetitions per pair, after one warm-up (default 3; --quick: 2)")
+    b.add_argument("--threads", type=count, default=1, help="torch threads for every measurement (default 1)")
     b.add_argument("--quick", action="store_true", help="tiny sizes and few repetitions: seconds, for tests")
     b.add_argument("--data", default="auto",
                    help="auto (the Multi30k mirror if present, else synthetic), synthetic, or a Multi30k mirror folder")
