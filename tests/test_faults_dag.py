@@ -25,7 +25,7 @@ import yaml
 from conftest import DEMO_PAIR, REPO, DemoRun, copy_run, snakemake
 from lnrepro.config import RunConfig, experiment, load_config
 from lnrepro.errors import LnReproError
-from lnrepro.train.schedule import used_settings
+from lnrepro.config.settings import used_settings
 from run_results import score_diffs, table_diffs, training_diffs
 
 WARMUP_ISQRT, NOWARMUP_STEP = "postln_warmup_isqrt", "preln_nowarmup_step8"  # the pair, in DEMO_PAIR

@@ -9,7 +9,6 @@ never as missing data.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import re
@@ -21,7 +20,7 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from ..errors import LnReproError
-from ..io import atomic_write_text, read_json
+from ..io import read_json
 
 # Scores read per split from eval/epochNNN.json "splits": {split: {...}}.
 SPLIT_METRICS = ("loss", "nll", "loss_base2", "nll_base2", "bleu_tok", "sacrebleu")
@@ -466,7 +465,7 @@ def layer_grad_by_epoch(layers: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Aggregate:
-    """All tables of one experiment; ``write_tables`` puts them in report/tables/."""
+    """All tables of one experiment (report/tables/)."""
 
     epochs: pd.DataFrame          # per (run, seed, epoch)
     run_epochs: pd.DataFrame      # per (run, epoch), over seeds
@@ -512,25 +511,7 @@ def aggregate(exp_dir: Path, experiment: Experiment) -> Aggregate:
     )
 
 
-def to_csv_text(df: pd.DataFrame) -> str:
-    """CSV text with a fixed float format, so reruns on the same results give the same bytes."""
-    buf = io.StringIO()
-    df.to_csv(buf, index=False, float_format="%.6g", lineterminator="\n")
-    return buf.getvalue()
-
-
-def write_csv(df: pd.DataFrame, path: Path) -> Path:
-    atomic_write_text(path, to_csv_text(df))
-    return Path(path)
-
-
-def write_tables(agg: Aggregate, tables_dir: Path) -> dict[str, Path]:
-    """Write every table as ``tables_dir/{name}.csv`` atomically; returns name -> path."""
-    return {name: write_csv(df, Path(tables_dir) / f"{name}.csv") for name, df in agg.tables().items()}
-
-
 __all__ = [
     "Aggregate", "aggregate", "epoch_table", "run_epoch_table", "divergence_table", "wallclock_table",
-    "milestone_table", "plateau_table", "summary_table", "read_train_logs", "parse_layer_key", "layer_grad_summary", "write_tables", "write_csv",
-    "to_csv_text", "primary_split",
+    "milestone_table", "plateau_table", "summary_table", "read_train_logs", "parse_layer_key", "layer_grad_summary", "primary_split",
 ]

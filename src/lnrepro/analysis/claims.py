@@ -1,6 +1,7 @@
 """Each published claim against what this experiment measured (one job: the claims table and its sentences).
 
-The published numbers live in ``published.yaml`` beside this module, each with its source. A claim's
+The published numbers live in ``published.yaml`` beside this module, each with its source (loaded by
+``lnrepro.paper.published``). A claim's
 ``measure`` says how its value is computed from the report's tables (``MEASURES``); its status is one of
 ``STATUSES``:
 
@@ -16,41 +17,25 @@ The published numbers live in ``published.yaml`` beside this module, each with i
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import pandas as pd
-import yaml
 
 from ..config.settings import Experiment
 from ..errors import LnReproError
 from ..norms import NORMS
+from ..paper import PUBLISHED, SIZE_KEYS, published
 from . import effects as ef
 from .budget import OK, mean_interval
 from .tables import grid_of
 
-PUBLISHED = Path(__file__).with_name("published.yaml")
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 NOT_AT_SCALE, NOT_MEASURED = "not measured at this scale", "not measured"
 STATUSES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_AT_SCALE, NOT_MEASURED)
 CLAIM_COLUMNS = ["id", "claim", "source", "kind", "published", "measured", "ci_low", "ci_high", "n_seeds",
                  "measured_as", "scale", "status", "note"]
-SIZE_KEYS = ("encoder_layers", "decoder_layers", "d_model", "ffn_dim", "heads")
-
-
-@functools.cache
-def published() -> dict[str, Any]:
-    """published.yaml: ``paper`` (citation, scale, setup), ``figure4`` and ``claims``."""
-    with open(PUBLISHED, encoding="utf-8") as f:
-        data = yaml.safe_load(f)
-    for c in data["claims"]:
-        kind = c["measure"]["kind"]
-        if kind not in MEASURES:
-            raise LnReproError(f"{PUBLISHED}: claim {c['id']}: unknown measure kind {kind!r}")
-    return data
 
 
 @dataclass(frozen=True)
@@ -300,7 +285,10 @@ def _published_text(c: Mapping[str, Any]) -> str:
 
 
 def measure(claim: Mapping[str, Any], ev: Evidence) -> Measured:
+    """The claim's measured value, by its ``measure`` kind (one of MEASURES)."""
     kind = claim["measure"]["kind"]
+    if kind not in MEASURES:
+        raise LnReproError(f"{PUBLISHED}: claim {claim['id']}: unknown measure kind {kind!r}")
     return MEASURES[kind](ev, claim["measure"])
 
 

@@ -3,7 +3,7 @@
 A comparison (config ``comparisons``) names runs and the factor it studies. Its runs' resolved configs
 (experiment.json ``runs``) are flattened to dotted keys ("schedule.warmup"); every key whose value differs
 between the runs is either the studied factor's key or a confound, unless it is inert in one of the runs (a
-setting its schedule does not read, ``lnrepro.train.schedule.inert_settings``): then the switch that turns
+setting its schedule does not read, ``lnrepro.config.settings.inert_settings``): then the switch that turns
 it on is what differs. Where the runs ran (``execution``: seeds trained, device, precision, torch version,
 threads) confounds a comparison too when it differs. Figure 4 of Xiong et al. changes the norm position AND
 the schedule (warm-up, decay): the table says so, and names the controlled comparisons that separate them.
@@ -16,10 +16,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config.settings import FACTOR_KEYS
+from ..config.settings import FACTOR_KEYS, inert_settings
 from ..errors import LnReproError
 from ..io import atomic_write_text
-from ..train.schedule import inert_settings
 
 # Top-level keys that identify a run rather than configure it.
 IDENTITY_KEYS = {"run", "seed", "name"}

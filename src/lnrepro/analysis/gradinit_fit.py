@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..norms import NORMS
-from .aggregate import write_csv
+from ..io import atomic_write_csv
 
 FIT_COLUMNS = ["norm", "stack", "layer", "param", "statistic", "b", "b_low", "b_high", "c", "depths", "seeds", "n",
                "theory_b", "interval"]
@@ -94,5 +94,5 @@ def headline(fit: pd.DataFrame) -> pd.DataFrame:
 def write_fit(gi: pd.DataFrame, path: Path) -> pd.DataFrame:
     """``fit_depths`` of gradinit.csv's table, written to ``path`` (gradinit_fit.csv)."""
     fit = fit_depths(gi)
-    write_csv(fit, Path(path))
+    atomic_write_csv(path, fit)
     return fit

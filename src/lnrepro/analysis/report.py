@@ -23,14 +23,15 @@ from typing import Any, Callable, Iterable, Sequence
 import pandas as pd
 
 from ..config.settings import FACTOR_KEYS, Experiment
-from ..deviations import config_deviations, recipe_notes, unstated_rows
 from ..errors import LnReproError
-from ..io import atomic_write_text, where_ran
+from ..io import atomic_write_csv, atomic_write_text, where_ran
 from ..norms import NORMS
+from ..paper import DEVIATIONS
 from . import aggregate as ag
 from . import study as st
 from .claims import STATUSES, fmt
 from .effects import LEVEL_WORDS
+from .deviations import config_deviations, recipe_notes, unstated_rows
 from .confounds import confounds_rows, differing_keys, flatten, write_confounds
 from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
 from .gradinit_fit import FIT_COLUMNS, HEADLINE, figure_depth, headline, init_rows, last_layer, series_label
@@ -303,14 +304,14 @@ def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
     """Aggregate the results tree and write the report's files other than index.html (tables, figures,
     confounds.md)."""
     agg = ag.aggregate(exp_dir, experiment)
-    tables = ag.write_tables(agg, out_dir / "tables")
+    tables = {k: atomic_write_csv(out_dir / "tables" / f"{k}.csv", v) for k, v in agg.tables().items()}
     gi, fit, gi_missing = _read_gradinit(exp_dir, experiment)
     study = st.build(exp_dir, experiment, agg, gi, fit)
-    tables.update({k: ag.write_csv(v, out_dir / "tables" / f"{k}.csv") for k, v in study.tables().items()})
+    tables.update({k: atomic_write_csv(out_dir / "tables" / f"{k}.csv", v) for k, v in study.tables().items()})
     views = {} if gi is None else {
         "gradinit_summary": _gradinit_layers(gi, figure_depth(gi, experiment.model.decoder_layers)),
         "gradinit_by_depth": _gradinit_by_depth(gi), **({} if fit is None else {"gradinit_fit": fit})}
-    tables.update({k: ag.write_csv(v, out_dir / "tables" / f"{k}.csv") for k, v in views.items()})
+    tables.update({k: atomic_write_csv(out_dir / "tables" / f"{k}.csv", v) for k, v in views.items()})
     figures = make_figures(agg, experiment, out_dir / "figures", gi, fit, study=study,
                            lrs=_learning_rates(exp_dir, experiment))
     # the tuned baselines are a comparison of their own in the confound table
@@ -318,7 +319,7 @@ def _prepare(exp_dir: Path, experiment: Experiment, out_dir: Path) -> _Context:
     exp["comparisons"] = {**exp["comparisons"], **study.tuned_comparisons}
     confounds = write_confounds(exp, out_dir / "confounds.md", ag.execution_facts(exp_dir, experiment))
     # the same rows as a table, for readers of CSV (the README's generated results read figure4's verdict)
-    tables["confounds"] = ag.write_csv(pd.DataFrame(confounds_rows(confounds)), out_dir / "tables" / "confounds.csv")
+    tables["confounds"] = atomic_write_csv(out_dir / "tables" / "confounds.csv", pd.DataFrame(confounds_rows(confounds)))
     return _Context(experiment, out_dir, agg, tables, figures, confounds, gi, views, gi_missing, study)
 
 
@@ -589,7 +590,7 @@ def _assumptions(ctx: _Context) -> list[str]:
     return [
         "<h3>Settings the paper does not state</h3>", _table(pd.DataFrame(unstated_rows(e)), "unstated"),
         "<h3>This config against the paper's stated setup</h3>", _list(config_deviations(e) + recipe_notes(e)),
-        "<h3>The implementation</h3>", _list(e.deviations) if e.deviations else "<p>None listed.</p>",
+        "<h3>The implementation</h3>", _list(DEVIATIONS),
     ]
 
 
