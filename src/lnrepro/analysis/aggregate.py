@@ -1,26 +1,20 @@
-"""Collect an experiment's results tree into tidy pandas tables (one job: read and tabulate, no plotting).
+"""An experiment's run outputs as tidy pandas tables (one job: tabulate what ``results.read_results`` read).
 
-Reads, under ``results/{exp}/runs/{run}/seed{seed}/``: ``epochs/epochNNN.json`` (training manifests),
-``eval/epochNNN.json`` (scores), ``summary.json``, ``run.json`` and ``train.jsonl``. Every reader is
-tolerant: a missing optional file gives NaN / "missing", never a crash, because the report must render
-for a partly finished experiment too. A run or epoch that diverged is recorded as ``diverged`` (a result),
-never as missing data.
+From each seed's epoch manifests, score files, ``summary.json``, ``run.json`` and ``train.jsonl``: a missing
+file gives NaN / "missing", never a crash, because the report must render for a partly finished experiment
+too. A run or epoch that diverged is recorded as ``diverged`` (a result), never as missing data.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
 from ..config.settings import Experiment
-from ..errors import LnReproError
-from ..io import read_json
+from .results import Results, SeedResults
 
 # Scores read per split from eval/epochNNN.json "splits": {split: {...}}.
 SPLIT_METRICS = ("loss", "nll", "loss_base2", "nll_base2", "bleu_tok", "sacrebleu")
@@ -33,42 +27,12 @@ STATUS_NOT_EVALUATED = "not evaluated"
 STATUS_MISSING = "missing"
 
 
-def run_dir(exp_dir: Path, run: str, seed: int) -> Path:
-    return Path(exp_dir) / "runs" / run / f"seed{seed}"
-
-
-def _run_seeds(exp_dir: Path, experiment: Experiment) -> Iterator[tuple[str, int, Path]]:
-    """(run, seed, its folder) for every selected run and each of its seeds, in ``select`` then seed order."""
-    for run in experiment.select:
-        for seed in experiment.seeds_of(run):
-            yield run, seed, run_dir(exp_dir, run, seed)
-
-
-def _read_optional_json(path: Path) -> dict[str, Any] | None:
-    """A JSON file that may not exist yet (the stage has not run); a corrupt one is still an error."""
-    if not path.exists():
-        return None
-    obj = read_json(path)
-    if not isinstance(obj, dict):
-        raise LnReproError(f"{path}: expected a JSON object")
-    return obj
-
-
 def _num(x: Any) -> float:
     """A float, NaN for None/missing/non-numeric (so absent scores become NaN, not crashes)."""
     try:
         return float(x) if x is not None else math.nan
     except (TypeError, ValueError):
         return math.nan
-
-
-_EPOCH_FILE = re.compile(r"^epoch(\d+)\.json$")
-
-
-def _epochs_on_disk(folder: Path) -> set[int]:
-    if not folder.is_dir():
-        return set()
-    return {int(m.group(1)) for p in folder.iterdir() if (m := _EPOCH_FILE.match(p.name))}
 
 
 def primary_split(experiment: Experiment) -> str:
@@ -81,7 +45,7 @@ def primary_split(experiment: Experiment) -> str:
 # per (run, seed, epoch)
 
 
-def epoch_table(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
+def epoch_table(results: Results, experiment: Experiment) -> pd.DataFrame:
     """One row per (run, seed, epoch): status, updates, training wall-clock at the end of that epoch,
     evaluation wall-clock, and every scored split's scores as ``{split}_{metric}`` columns (NaN at an epoch the
     split is not scored at: ``eval.splits.{split}.epochs``).
@@ -91,15 +55,12 @@ def epoch_table(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
     """
     splits = experiment.eval.splits
     rows: list[dict[str, Any]] = []
-    for run, seed, rd in _run_seeds(exp_dir, experiment):
-        summary = _read_optional_json(rd / "summary.json") or {}
+    for sr in results.seeds:
+        run, seed, summary = sr.run, sr.seed, sr.summary or {}
         div = summary.get("diverged") if isinstance(summary.get("diverged"), dict) else None
         div_epoch = int(div["epoch"]) if div and div.get("epoch") is not None else None
-        # epochs on disk beyond the configured count still show (a results tree from an earlier config)
-        n_ep = max([experiment.runs[run].train.epochs, *_epochs_on_disk(rd / "epochs"), *_epochs_on_disk(rd / "eval")])
-        for ep in range(1, n_ep + 1):
-            man = _read_optional_json(rd / "epochs" / f"epoch{ep:03d}.json")
-            ev = _read_optional_json(rd / "eval" / f"epoch{ep:03d}.json")
+        for ep in range(1, sr.epochs + 1):
+            man, ev = sr.manifests[ep], sr.scores[ep]
             train_status = (man or {}).get("status", STATUS_MISSING)
             if man is None and div_epoch is not None and ep >= div_epoch:
                 train_status = STATUS_DIVERGED  # summary knows even if manifests are not written yet
@@ -177,13 +138,21 @@ def run_epoch_table(epochs: pd.DataFrame) -> pd.DataFrame:
 # per run
 
 
-def divergence_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
+def _by_run(results: Results, experiment: Experiment) -> dict[str, list[SeedResults]]:
+    """Each selected run's seeds, in ``select`` order."""
+    out: dict[str, list[SeedResults]] = {run: [] for run in experiment.select}
+    for sr in results.seeds:
+        out[sr.run].append(sr)
+    return out
+
+
+def divergence_table(results: Results, experiment: Experiment, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per run: seeds finished (summary.json present), seeds diverged, divergence rate, and where."""
     rows = []
-    for run in experiment.select:
-        n_fin, n_div, where, seeds = 0, 0, [], experiment.seeds_of(run)
-        for seed in seeds:
-            summary = _read_optional_json(run_dir(exp_dir, run, seed) / "summary.json")
+    for run, seeds in _by_run(results, experiment).items():
+        n_fin, n_div, where = 0, 0, []
+        for sr in seeds:
+            summary, seed = sr.summary, sr.seed
             div = None
             if summary is not None:
                 n_fin += 1
@@ -205,14 +174,12 @@ def divergence_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame
     return pd.DataFrame(rows, columns=["run", "n_seeds", "n_finished", "n_diverged", "divergence_rate", "diverged_at"])
 
 
-def wallclock_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame,
-                    curves: pd.DataFrame | None = None) -> pd.DataFrame:
+def wallclock_table(results: Results, epochs: pd.DataFrame, curves: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (run, seed): updates, training wall-clock summed over attempts (summary.json), seconds per
     update, mean logged target tokens/s, evaluation wall-clock summed over epochs, attempts, host, device."""
     rows = []
-    for run, seed, rd in _run_seeds(exp_dir, experiment):
-        summary = _read_optional_json(rd / "summary.json") or {}
-        rj = _read_optional_json(rd / "run.json") or {}
+    for sr in results.seeds:
+        run, seed, summary, rj = sr.run, sr.seed, sr.summary or {}, sr.run_info or {}
         ran = rj.get("where_ran") or {}
         g = epochs[(epochs["run"] == run) & (epochs["seed"] == seed)]
         updates = _num(summary.get("updates"))
@@ -241,7 +208,7 @@ def wallclock_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame,
     return pd.DataFrame(rows)
 
 
-def execution_facts(exp_dir: Path, experiment: Experiment) -> dict[str, dict[str, Any]]:
+def execution_facts(results: Results, experiment: Experiment) -> dict[str, dict[str, Any]]:
     """Per selected run, where it ran, as ``confounds.analyze_confounds`` compares it: ``seeds``, the seeds
     trained (with a summary.json, diverged or not), and from their run.json ``device`` (device_name, else the
     device type), ``precision``, ``torch`` (torch_version) and ``threads``, each as the distinct values over
@@ -250,11 +217,12 @@ def execution_facts(exp_dir: Path, experiment: Experiment) -> dict[str, dict[str
               "threads": ("threads",)}
     seeds: dict[str, list[int]] = {run: [] for run in experiment.select}
     values: dict[str, dict[str, set[str]]] = {run: {name: set() for name in fields} for run in experiment.select}
-    for run, seed, rd in _run_seeds(exp_dir, experiment):
-        if not (rd / "summary.json").exists():
+    for sr in results.seeds:
+        if sr.summary is None:
             continue
-        seeds[run].append(seed)
-        rj = _read_optional_json(rd / "run.json") or {}
+        seeds[sr.run].append(sr.seed)
+        rj = sr.run_info or {}
+        run = sr.run
         for name, keys in fields.items():
             value = next((rj[k] for k in keys if rj.get(k) not in (None, "")), None)
             if value is not None:
@@ -263,14 +231,14 @@ def execution_facts(exp_dir: Path, experiment: Experiment) -> dict[str, dict[str
             for run in experiment.select}
 
 
-def summary_table(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
+def summary_table(results: Results) -> pd.DataFrame:
     """Per (run, seed) with a summary.json: ``status`` (completed / diverged / max_updates), ``updates``,
     ``diverged_update`` (the update whose loss diverged, else NaN), ``target_tokens_per_epoch`` and
     ``target_tokens_trained``."""
     cols = ["run", "seed", "status", "updates", "diverged_update", "target_tokens_per_epoch", "target_tokens_trained"]
     rows = []
-    for run, seed, rd in _run_seeds(exp_dir, experiment):
-        summary = _read_optional_json(rd / "summary.json")
+    for sr in results.seeds:
+        run, seed, summary = sr.run, sr.seed, sr.summary
         if summary is None:
             continue
         div = summary.get("diverged") if isinstance(summary.get("diverged"), dict) else {}
@@ -383,52 +351,37 @@ class TrainLog:
 
     curves: pd.DataFrame
     layers: pd.DataFrame
-    problems: list[str] = field(default_factory=list)
+    problems: list[str]
 
 
-def read_train_logs(exp_dir: Path, experiment: Experiment) -> TrainLog:
-    """Read every selected run's train.jsonl. Records with a "kind" other than "step" (attempt, epoch,
-    diverged, finished markers) are not updates and are skipped; records without "kind" count as steps.
-    Every dict-valued field of a step is taken as per-layer gradient norms (generic: nested dicts and
-    per-layer lists are flattened; the exact key names come from the training stage). A resumed run logs
-    some updates twice (once per attempt): the last attempt's record wins. Corrupt lines are skipped
-    and listed in ``problems`` (a killed writer may leave a partial last line)."""
+def train_logs(results: Results) -> TrainLog:
+    """Every selected run's training log as tables. Every dict-valued field of a step record is taken as
+    per-layer gradient norms (generic: nested dicts and per-layer lists are flattened; the exact key names
+    come from the training stage); top-level lists (``lrs``) are not layers."""
     curve_rows: list[dict[str, Any]] = []
     layer_rows: list[tuple] = []
-    problems: list[str] = []
-    for run, seed, rd in _run_seeds(exp_dir, experiment):
-        path = rd / "train.jsonl"
-        if not path.exists():
-            continue
-        recs: dict[int, dict[str, Any]] = {}
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                    if isinstance(rec, dict) and rec.get("kind", "step") != "step":
-                        continue
-                    upd = int(rec["update"])
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    problems.append(f"{path}:{i}: not a JSON record with an 'update'")
-                    continue
-                recs[upd] = rec  # later attempts overwrite earlier ones
-        for upd in sorted(recs):
-            rec = recs[upd]
-            row = {"run": run, "seed": seed, "update": upd, "epoch": _num(rec.get("epoch"))}
+    for sr in results.seeds:
+        for upd, rec in sr.steps.items():
+            row = {"run": sr.run, "seed": sr.seed, "update": upd, "epoch": _num(rec.get("epoch"))}
             for k in TRAIN_SCALARS:
                 row[k] = _num(rec.get(k))
             curve_rows.append(row)
             for k, v in rec.items():
-                if isinstance(v, dict):  # top-level lists (e.g. "lrs", per-update lrs) are not layers
+                if isinstance(v, dict):
                     for key, val in _flatten_numeric(v).items():
                         stack, layer, sub = parse_layer_key(key)
-                        layer_rows.append((run, seed, upd, row["epoch"], key, stack, layer, sub, val))
+                        layer_rows.append((sr.run, sr.seed, upd, row["epoch"], key, stack, layer, sub, val))
     curves = pd.DataFrame(curve_rows, columns=["run", "seed", "update", "epoch", *TRAIN_SCALARS])
     layers = pd.DataFrame(layer_rows, columns=["run", "seed", "update", "epoch", "key", "stack", "layer",
                                                "sublayer", "grad_norm"])
-    return TrainLog(curves=curves, layers=layers, problems=problems)
+    return TrainLog(curves=curves, layers=layers, problems=results.problems)
+
+
+def learning_rates(results: Results) -> pd.DataFrame:
+    """Every update's learning rate per selected run and seed (run, seed, update, lr), from train.jsonl's
+    ``lrs`` (a resumed run's repeated updates: the last attempt's)."""
+    rows = [(sr.run, sr.seed, u, lr) for sr in results.seeds for u, lr in sr.lrs.items()]
+    return pd.DataFrame(rows, columns=["run", "seed", "update", "lr"])
 
 
 def early_window(epochs: pd.DataFrame) -> int:
@@ -463,17 +416,21 @@ def layer_grad_by_epoch(layers: pd.DataFrame) -> pd.DataFrame:
 # everything at once
 
 
-@dataclass
+@dataclass(frozen=True)
 class Aggregate:
-    """All tables of one experiment (report/tables/)."""
+    """Every per-run table of one experiment, each computed once (``lnrepro.analysis.build`` lists which are
+    written to report/tables/)."""
 
     epochs: pd.DataFrame          # per (run, seed, epoch)
     run_epochs: pd.DataFrame      # per (run, epoch), over seeds
+    summaries: pd.DataFrame       # per (run, seed) with a summary.json
+    execution: dict[str, dict[str, Any]]  # per run: where its seeds ran (execution_facts)
     divergence: pd.DataFrame      # per run
     wallclock: pd.DataFrame       # per (run, seed)
     milestones: pd.DataFrame      # per run
     plateau: pd.DataFrame         # per run
     curves: pd.DataFrame          # per (run, seed, logged update)
+    lrs: pd.DataFrame             # per (run, seed, update): every update's learning rate
     layers: pd.DataFrame          # per (run, seed, logged update, layer key) (not written: can be large)
     layers_early: pd.DataFrame    # per (run, seed, layer key), over the early window
     layers_by_epoch: pd.DataFrame  # per (run, seed, epoch, layer key)
@@ -481,37 +438,23 @@ class Aggregate:
     split: str
     problems: list[str]
 
-    def tables(self) -> dict[str, pd.DataFrame]:
-        return {
-            "epochs": self.epochs, "run_epochs": self.run_epochs, "divergence": self.divergence,
-            "wallclock": self.wallclock, "milestones": self.milestones, "plateau": self.plateau,
-            "train_curves": self.curves,
-            "grad_norms_early": self.layers_early, "grad_norms_by_epoch": self.layers_by_epoch,
-        }
 
-
-def aggregate(exp_dir: Path, experiment: Experiment) -> Aggregate:
-    """Read the whole results tree of one experiment into tables."""
-    exp_dir = Path(exp_dir)
-    epochs = epoch_table(exp_dir, experiment)
+def aggregate(results: Results, experiment: Experiment) -> Aggregate:
+    """The per-run tables of the results tree ``results`` (read once by ``results.read_results``)."""
+    epochs = epoch_table(results, experiment)
     run_epochs = run_epoch_table(epochs)
-    log = read_train_logs(exp_dir, experiment)
+    log = train_logs(results)
     early = early_window(epochs)
     split = primary_split(experiment)
     return Aggregate(
-        epochs=epochs, run_epochs=run_epochs,
-        divergence=divergence_table(exp_dir, experiment, epochs),
-        wallclock=wallclock_table(exp_dir, experiment, epochs, log.curves),
+        epochs=epochs, run_epochs=run_epochs, summaries=summary_table(results),
+        execution=execution_facts(results, experiment),
+        divergence=divergence_table(results, experiment, epochs),
+        wallclock=wallclock_table(results, epochs, log.curves),
         milestones=milestone_table(run_epochs, split),
         plateau=plateau_table(run_epochs, split),
-        curves=log.curves, layers=log.layers,
+        curves=log.curves, lrs=learning_rates(results), layers=log.layers,
         layers_early=layer_grad_summary(log.layers, early),
         layers_by_epoch=layer_grad_by_epoch(log.layers),
         early_updates=early, split=split, problems=log.problems,
     )
-
-
-__all__ = [
-    "Aggregate", "aggregate", "epoch_table", "run_epoch_table", "divergence_table", "wallclock_table",
-    "milestone_table", "plateau_table", "summary_table", "read_train_logs", "parse_layer_key", "layer_grad_summary", "primary_split",
-]

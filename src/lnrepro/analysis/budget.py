@@ -41,9 +41,14 @@ class Budget:
     wall_s: float | None = None
 
 
+def epoch_at(fraction: float, epochs: int) -> int:
+    """The epoch at ``fraction`` of the training, rounded half up, at least the first."""
+    return max(1, math.floor(fraction * epochs + 0.5))
+
+
 def three_quarters(epochs: int) -> int:
     """The epoch at three quarters of the training, rounded half up (15 of 20, 5 of 6)."""
-    return max(1, math.floor(0.75 * epochs + 0.5))
+    return epoch_at(0.75, epochs)
 
 
 def metric_columns(split: str) -> tuple[str, str]:
@@ -213,4 +218,4 @@ def budget_table(prog: pd.DataFrame, budget_list: Iterable[Budget], runs: Sequen
 
 
 __all__ = ["Budget", "budgets", "scored_budgets", "observations", "cell_table", "failure_table", "budget_table", "mean_interval",
-           "best_bleu", "three_quarters", "metric_columns"]
+           "best_bleu", "epoch_at", "three_quarters", "metric_columns"]
