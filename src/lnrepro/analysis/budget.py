@@ -217,5 +217,5 @@ def budget_table(prog: pd.DataFrame, budget_list: Iterable[Budget], runs: Sequen
     return pd.DataFrame(rows)
 
 
-__all__ = ["Budget", "budgets", "scored_budgets", "observations", "cell_table", "failure_table", "budget_table", "mean_interval",
-           "best_bleu", "epoch_at", "three_quarters", "metric_columns"]
+__all__ = ["Budget", "budgets", "scored_budgets", "observations", "cell_table", "failure_table", "budget_table",
+           "mean_interval", "best_bleu", "epoch_at", "three_quarters", "metric_columns"]
