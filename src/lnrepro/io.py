@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import math
 import os
 import platform
 import socket
@@ -87,6 +88,17 @@ def atomic_write_lines(path: str | os.PathLike, lines: list[str]) -> None:
 def json_text(obj: Any) -> str:
     """The one JSON layout of every JSON file written: indented, sorted keys, a final newline."""
     return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+def finite_json(obj: Any) -> Any:
+    """Replace non-finite floats by None (strict JSON has no NaN/Infinity); recurse into dicts and lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
