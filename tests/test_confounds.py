@@ -21,6 +21,7 @@ from lnrepro.analysis.confounds import (
     write_confounds,
 )
 from lnrepro.errors import LnReproError
+from lnrepro.records import RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -285,7 +286,13 @@ def test_execution_facts_from_the_results_tree(tmp_path):
         rd = tmp_path / "runs" / run / f"seed{seed}"
         rd.mkdir(parents=True)
         (rd / "run.json").write_text(json.dumps(rj))
-        (rd / "summary.json").write_text(json.dumps({"diverged": {"update": 3} if seed == 2 else None}))
+        RunSummary.from_dict({
+            "run": run, "seed": seed, "status": "diverged" if seed == 2 else "completed", "final_loss": None,
+            "final_nll": None, "final_loss_update": None, "updates": 3, "epochs_completed": 0, "epochs": 3,
+            "diverged": {"update": 3, "epoch": 1, "detail": "non-finite loss", "loss": None, "lr": 0.1}
+            if seed == 2 else None, "train_s": 1.0, "wall_s_all_attempts": 1.0, "attempts": 1,
+            "target_tokens_per_epoch": 10, "target_tokens_trained": 3, "tokens_per_s": None,
+            "where_ran": {"host": "h", "device": "cpu", "slurm_job_id": None}}).write(rd / "summary.json")
     (tmp_path / "runs" / b / "seed3").mkdir(parents=True)  # started, not finished: not trained
     facts = execution_facts(read_results(tmp_path, exp), exp)
     assert facts[a] == {"seeds": [1, 2], "device": "NVIDIA A100, NVIDIA H200", "precision": "fp32",

@@ -24,6 +24,7 @@ from lnrepro.analysis.report import make_report
 from lnrepro.analysis.results import read_results
 from lnrepro.config import Experiment
 from lnrepro.paper import DEVIATIONS
+from lnrepro.records import CheckpointScores, EpochManifest, RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = ["postln_warmup_isqrt", "preln_nowarmup_step8", "postln_nowarmup_isqrt", "preln_warmup_isqrt"]
@@ -46,6 +47,12 @@ def resolved(run: str) -> dict:
 
 def bleu(run: str, seed: int, ep: int) -> float:
     return round(10 + 3 * ep + RUNS.index(run) + 0.5 * seed, 2)
+
+
+# The fields of the fabricated records (lnrepro.records) that no assertion reads.
+RECORD = {"where_ran": {"host": "h", "device": "Fake CPU", "slurm_job_id": None}}
+SCORED = {**RECORD, "weights": "w", "weights_sha256": "s", "manifest": "m", "decode": {}, "label_smoothing": 0.1,
+          "threads": 1, "torch": "2"}
 
 
 def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | None = None,
@@ -104,31 +111,39 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
                           json.dumps({"kind": "finished", "attempt": 2, "update": last, "wall_s": 9.0})]
             lines.append('{"update": 7, "lo')  # a partial line from a killed writer
             (rd / "train.jsonl").write_text("\n".join(lines) + "\n")
-            summary = {"updates": last, "diverged": {"update": last, "epoch": div_ep, "detail": "loss nan"} if div_ep else None}
+            summary = {**RECORD, "status": "diverged" if div_ep else "completed", "final_loss": 9.0, "final_nll": 8.0,
+                       "final_loss_update": last, "updates": last, "epochs_completed": (div_ep or EPOCHS + 1) - 1,
+                       "epochs": EPOCHS, "target_tokens_per_epoch": 1000, "target_tokens_trained": last * 100,
+                       "diverged": {"update": last, "epoch": div_ep, "detail": "loss nan", "loss": None, "lr": 1e-4}
+                       if div_ep else None, "attempts": 2}
             if run.startswith("post"):
-                summary.update(train_s=last * 0.11, wall_s_all_attempts=last * 0.2, attempts=2)
-            else:  # attempts unknown here: counted from the training log
-                summary.update(train_s=last * 0.1)
-            (rd / "summary.json").write_text(json.dumps(summary))
+                summary.update(train_s=last * 0.11, wall_s_all_attempts=last * 0.2, tokens_per_s=None)
+            else:  # throughput unknown here: the training log's mean
+                summary.update(train_s=last * 0.1, wall_s_all_attempts=last * 0.1, tokens_per_s=None)
+            RunSummary.from_dict({**summary, "run": run, "seed": seed}).write(rd / "summary.json")
             for ep in range(1, EPOCHS + 1):
                 diverged = div_ep is not None and ep >= div_ep
                 status = "diverged" if diverged else "ok"
-                (rd / "epochs" / f"epoch{ep:03d}.json").write_text(json.dumps({
-                    "epoch": ep, "status": status, "updates": min(ep * upe, last),
-                    "wall_s": min(ep * upe, last) * 0.1 + RUNS.index(run),
-                    "weights": None if diverged else f"state/epochs/epoch{ep:03d}.pt"}))
+                EpochManifest.from_dict({
+                    **RECORD, "run": run, "seed": seed, "epoch": ep, "status": status,
+                    "updates": min(ep * upe, last), "wall_s": min(ep * upe, last) * 0.1 + RUNS.index(run),
+                    "weights": None if diverged else f"state/epochs/epoch{ep:03d}.pt",
+                    "sha256": None if diverged else "ab" * 32, "partial": False, "config_sha256": "cd" * 32,
+                }).write(rd / "epochs" / f"epoch{ep:03d}.json")
                 if (run, seed, ep) in unevaluated:
                     continue
+                ev = {**SCORED, "run": run, "seed": seed, "epoch": ep, "updates": min(ep * upe, last)}
                 if diverged:
-                    ev = {"status": "diverged", "splits": {}, "wall_s": 0.0}
+                    ev.update(status="diverged", splits={}, wall_s=0.0)
                 else:
                     b = bleu(run, seed, ep)
-                    ev = {"status": "ok", "wall_s": 1.5, "splits": {sp: {
+                    ev.update(status="ok", wall_s=1.5, splits={sp: {
                         "loss": 5.0 / ep, "nll": 4.0 / ep, "loss_base2": 5.0 / ep / math.log(2),
-                        "nll_base2": 4.0 / ep / math.log(2), "bleu_tok": b + (sp == "test"), "sacrebleu": b - 1,
-                        "sacrebleu_signature": "nrefs:1|case:lc|tok:13a", "sentences": 10, "sent_per_s": 5.0}
-                        for sp in ("valid", "test") if ep in eval_splits[sp]["epochs"]}}
-                (rd / "eval" / f"epoch{ep:03d}.json").write_text(json.dumps(ev))
+                        "nll_base2": 4.0 / ep / math.log(2), "target_tokens": 100, "bleu_tok": b + (sp == "test"),
+                        "bleu_tok_detail": {}, "sacrebleu": b - 1, "sacrebleu_signature": "nrefs:1|case:lc|tok:13a",
+                        "sacrebleu_detail": {}, "sentences": 10, "decode_s": 2.0, "sent_per_s": 5.0}
+                        for sp in ("valid", "test") if ep in eval_splits[sp]["epochs"]})
+                CheckpointScores.from_dict(ev).write(rd / "eval" / f"epoch{ep:03d}.json")
     return exp_dir, exp
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from ..config.settings import Experiment
+from ..records import Record, RunStatus
 from .results import Results, SeedResults
 
 # Scores read per split from eval/epochNNN.json "splits": {split: {...}}.
@@ -21,10 +22,17 @@ SPLIT_METRICS = ("loss", "nll", "loss_base2", "nll_base2", "bleu_tok", "sacreble
 # Fields of a train.jsonl record that are scalars of the training curve.
 TRAIN_SCALARS = ("loss", "nll", "lr", "grad_norm", "tokens_per_s", "wall_s", "attempt")
 
-STATUS_OK = "ok"
-STATUS_DIVERGED = "diverged"
+# A checkpoint's status in the tables: the records' (lnrepro.records.RunStatus: ok, diverged, stopped), or the
+# report's own for work not done yet.
+STATUS_OK = RunStatus.OK.value
+STATUS_DIVERGED = RunStatus.DIVERGED.value
 STATUS_NOT_EVALUATED = "not evaluated"
 STATUS_MISSING = "missing"
+
+
+def _field(record: Record | None, name: str) -> Any:
+    """A record's field, None while the record is not written yet."""
+    return None if record is None else getattr(record, name)
 
 
 def _num(x: Any) -> float:
@@ -56,15 +64,14 @@ def epoch_table(results: Results, experiment: Experiment) -> pd.DataFrame:
     splits = experiment.eval.splits
     rows: list[dict[str, Any]] = []
     for sr in results.seeds:
-        run, seed, summary = sr.run, sr.seed, sr.summary or {}
-        div = summary.get("diverged") if isinstance(summary.get("diverged"), dict) else None
-        div_epoch = int(div["epoch"]) if div and div.get("epoch") is not None else None
+        run, seed, div = sr.run, sr.seed, _field(sr.summary, "diverged")
+        div_epoch = None if div is None else div.epoch
         for ep in range(1, sr.epochs + 1):
             man, ev = sr.manifests[ep], sr.scores[ep]
-            train_status = (man or {}).get("status", STATUS_MISSING)
+            train_status = STATUS_MISSING if man is None else man.status.value
             if man is None and div_epoch is not None and ep >= div_epoch:
                 train_status = STATUS_DIVERGED  # summary knows even if manifests are not written yet
-            eval_status = (ev or {}).get("status", STATUS_MISSING)
+            eval_status = STATUS_MISSING if ev is None else ev.status.value
             if STATUS_DIVERGED in (train_status, eval_status):
                 status = STATUS_DIVERGED
             elif train_status not in (STATUS_OK, STATUS_MISSING):
@@ -78,16 +85,16 @@ def epoch_table(results: Results, experiment: Experiment) -> pd.DataFrame:
             row: dict[str, Any] = {
                 "run": run, "seed": seed, "epoch": ep, "status": status,
                 "train_status": train_status, "eval_status": eval_status,
-                "updates": _num((man or {}).get("updates")),
-                "train_wall_s": _num((man or {}).get("wall_s")),
-                "eval_wall_s": _num((ev or {}).get("wall_s")),
+                "updates": _num(_field(man, "updates")),
+                "train_wall_s": _num(_field(man, "wall_s")),
+                "eval_wall_s": _num(_field(ev, "wall_s")),
             }
-            ev_splits = (ev or {}).get("splits") or {}
+            ev_splits = _field(ev, "splits") or {}
             for sp in splits:
-                scores = ev_splits.get(sp) or {}
+                scores = ev_splits.get(sp)
                 for m in SPLIT_METRICS:
                     # a diverged epoch has no scores: NaN, with status telling why
-                    row[f"{sp}_{m}"] = _num(scores.get(m)) if status == STATUS_OK else math.nan
+                    row[f"{sp}_{m}"] = _num(_field(scores, m)) if status == STATUS_OK else math.nan
             rows.append(row)
     cols = ["run", "seed", "epoch", "status", "train_status", "eval_status", "updates", "train_wall_s",
             "eval_wall_s"] + [f"{sp}_{m}" for sp in splits for m in SPLIT_METRICS]
@@ -153,22 +160,22 @@ def divergence_table(results: Results, experiment: Experiment, epochs: pd.DataFr
         n_fin, n_div, where = 0, 0, []
         for sr in seeds:
             summary, seed = sr.summary, sr.seed
-            div = None
+            div: tuple[Any, Any, str] | None = None  # update, epoch, detail
             if summary is not None:
                 n_fin += 1
-                div = summary.get("diverged")
+                d = summary.diverged
+                div = None if d is None else (d.update, d.epoch, d.detail)
             elif epochs is not None:
                 # no summary yet: a diverged manifest still tells us
-                g = epochs[(epochs["run"] == run) & (epochs["seed"] == seed) & (epochs["train_status"] == STATUS_DIVERGED)]
+                g = epochs[(epochs["run"] == run) & (epochs["seed"] == seed)
+                           & (epochs["train_status"] == STATUS_DIVERGED)]
                 if len(g):
                     n_fin += 1
-                    div = {"epoch": int(g["epoch"].min())}
+                    div = ("?", int(g["epoch"].min()), "")
             if div:
                 n_div += 1
-                d = div if isinstance(div, dict) else {}
-                why = d.get("detail")
-                where.append(f"seed {seed}: update {d.get('update', '?')}, epoch {d.get('epoch', '?')}"
-                             + (f" ({why})" if why else ""))
+                update, epoch, why = div
+                where.append(f"seed {seed}: update {update}, epoch {epoch}" + (f" ({why})" if why else ""))
         rows.append({"run": run, "n_seeds": len(seeds), "n_finished": n_fin, "n_diverged": n_div,
                      "divergence_rate": (n_div / n_fin) if n_fin else math.nan, "diverged_at": "; ".join(where)})
     return pd.DataFrame(rows, columns=["run", "n_seeds", "n_finished", "n_diverged", "divergence_rate", "diverged_at"])
@@ -179,17 +186,17 @@ def wallclock_table(results: Results, epochs: pd.DataFrame, curves: pd.DataFrame
     update, mean logged target tokens/s, evaluation wall-clock summed over epochs, attempts, host, device."""
     rows = []
     for sr in results.seeds:
-        run, seed, summary, rj = sr.run, sr.seed, sr.summary or {}, sr.run_info or {}
+        run, seed, summary, rj = sr.run, sr.seed, sr.summary, sr.run_info or {}
         ran = rj.get("where_ran") or {}
         g = epochs[(epochs["run"] == run) & (epochs["seed"] == seed)]
-        updates = _num(summary.get("updates"))
+        updates = _num(_field(summary, "updates"))
         # training wall-clock summed over attempts: the time in updates whose results were kept, across
         # resumes (the epoch manifests' wall_s is the same clock)
-        wall = _num(summary.get("train_s"))
+        wall = _num(_field(summary, "train_s"))
         if math.isnan(wall) and len(g):  # summary not yet written: last manifest's cumulative wall-clock
             wall = g["train_wall_s"].max()
             updates = g["updates"].max() if math.isnan(updates) else updates
-        tps, attempts = _num(summary.get("tokens_per_s")), _num(summary.get("attempts"))
+        tps, attempts = _num(_field(summary, "tokens_per_s")), _num(_field(summary, "attempts"))
         if curves is not None and len(curves):
             c = curves[(curves["run"] == run) & (curves["seed"] == seed)]
             if len(c) and math.isnan(tps) and c["tokens_per_s"].notna().any():
@@ -199,7 +206,7 @@ def wallclock_table(results: Results, epochs: pd.DataFrame, curves: pd.DataFrame
         rows.append({
             "run": run, "seed": seed, "updates": updates, "train_wall_s": wall,
             "s_per_update": wall / updates if updates and not math.isnan(updates) else math.nan,
-            "wall_s_all_attempts": _num(summary.get("wall_s_all_attempts")),
+            "wall_s_all_attempts": _num(_field(summary, "wall_s_all_attempts")),
             "tokens_per_s": tps, "attempts": attempts,
             "eval_wall_s": g["eval_wall_s"].sum(min_count=1) if len(g) else math.nan,
             "threads": rj.get("threads"), "precision": rj.get("precision"),
@@ -241,11 +248,10 @@ def summary_table(results: Results) -> pd.DataFrame:
         run, seed, summary = sr.run, sr.seed, sr.summary
         if summary is None:
             continue
-        div = summary.get("diverged") if isinstance(summary.get("diverged"), dict) else {}
-        rows.append({"run": run, "seed": seed, "status": str(summary.get("status") or ""),
-                     "updates": _num(summary.get("updates")), "diverged_update": _num(div.get("update")),
-                     "target_tokens_per_epoch": _num(summary.get("target_tokens_per_epoch")),
-                     "target_tokens_trained": _num(summary.get("target_tokens_trained"))})
+        rows.append({"run": run, "seed": seed, "status": summary.status.value, "updates": _num(summary.updates),
+                     "diverged_update": _num(_field(summary.diverged, "update")),
+                     "target_tokens_per_epoch": _num(summary.target_tokens_per_epoch),
+                     "target_tokens_trained": _num(summary.target_tokens_trained)})
     return pd.DataFrame(rows, columns=cols)
 
 

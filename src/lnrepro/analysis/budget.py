@@ -23,8 +23,11 @@ import numpy as np
 import pandas as pd
 
 from ..config.settings import ReportSettings
+from ..records import RunStatus
 
-OK, DIVERGED, STOPPED, NOT_REACHED, MISSING = "ok", "diverged", "stopped", "not reached", "missing"
+# A seed's outcome at a budget: a checkpoint's status (lnrepro.records.RunStatus), or the budget's own.
+OK, DIVERGED, STOPPED = RunStatus.OK.value, RunStatus.DIVERGED.value, RunStatus.STOPPED.value
+NOT_REACHED, MISSING = "not reached", "missing"
 FAILED = (DIVERGED, STOPPED)
 TO_TARGET = ("epochs_to_target", "wall_s_to_target")
 OBS_COLUMNS = ["run", "seed", "budget", "metric", "value", "outcome"]

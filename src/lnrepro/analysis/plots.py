@@ -27,6 +27,7 @@ from ..config.settings import Experiment  # noqa: E402
 from ..io import atomic_write_bytes  # noqa: E402
 from ..norms import NORMS  # noqa: E402
 from . import FIGURES  # noqa: E402
+from .budget import DIVERGED, OK  # noqa: E402
 from .claims import PaperMark, norm_label  # noqa: E402
 from .effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
 from .gradinit_fit import HEADLINE, headline, init_rows, last_layer, series_label  # noqa: E402
@@ -111,7 +112,7 @@ def _curves(ax: plt.Axes, run_epochs: pd.DataFrame, runs: list[str], col: str, x
         ax.plot(scored[x], scored[f"{col}_mean"], marker="o", markersize=3, label=_label(run, g), **st)
         ax.fill_between(scored[x], scored[f"{col}_min"], scored[f"{col}_max"], color=st.get("color"), alpha=0.15,
                         linewidth=0)
-        div = g[g["status"] == "diverged"]
+        div = g[g["status"] == DIVERGED]
         if len(div) and x == "epoch":
             ax.plot([div["epoch"].iloc[0]], [0], marker="x", color=st.get("color"), markersize=9,
                     transform=ax.get_xaxis_transform(), clip_on=False)
@@ -231,7 +232,7 @@ def plot_cells(obs: pd.DataFrame, cells: pd.DataFrame, design: pd.DataFrame, bud
         o, c = _at(obs, budget, f"{split}_{metric}"), _at(cells, budget, f"{split}_{metric}").set_index("run")
         for i, cell in enumerate(design.itertuples()):
             color = norm_style(_level("norm", cell.norm))["color"]
-            ok = o[(o["run"] == cell.run) & (o["outcome"] == "ok")]["value"].dropna()
+            ok = o[(o["run"] == cell.run) & (o["outcome"] == OK)]["value"].dropna()
             ax.scatter(i + np.linspace(-0.15, 0.15, len(ok)) if len(ok) > 1 else [i] * len(ok), ok, s=22,
                        color=color, alpha=0.6, zorder=3, label=f"{norm_label(_level('norm', cell.norm))} seed")
             if cell.run in c.index and c.loc[cell.run, "n"] > 0:

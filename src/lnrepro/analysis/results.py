@@ -1,11 +1,12 @@
 """Read an experiment's results tree once (one job: the report's only reader of run outputs).
 
 For every selected run and seed, under ``results/{exp}/runs/{run}/seed{seed}/`` (``lnrepro.paths.Paths``): the
-epoch manifests (``epochs/epochNNN.json``), the score files (``eval/epochNNN.json``), ``summary.json``,
-``run.json`` and ``train.jsonl``; and the gradient-at-initialization tables under ``analysis/``. Every reader is
-tolerant: a file not written yet is absent (None), never a crash, because the report must render for a partly
-finished experiment too; a corrupt JSON file is still an error naming it, and an unreadable training-log line is
-listed in ``problems``.
+epoch manifests, the score files and ``summary.json`` as their typed records (``lnrepro.records``), ``run.json``
+and ``train.jsonl``; and the gradient-at-initialization tables under ``analysis/``. A file not written yet is
+absent (None), never a crash, because the report must render for a partly finished experiment too; a corrupt
+file is an error naming it and its key, and an unreadable training-log line is listed in ``problems``.
+``run.json`` is read as its mapping, so that a results tree from an earlier version (an older run.json: no
+device name, no torch version) still reports where it ran.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -22,10 +23,12 @@ from ..config.settings import Experiment
 from ..errors import LnReproError
 from ..io import read_json
 from ..paths import Paths
+from ..records import CheckpointScores, EpochManifest, Record, RunSummary
 from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
 from .gradinit_fit import FIT_COLUMNS
 
 _EPOCH_FILE = re.compile(r"^epoch(\d+)\.json$")
+R = TypeVar("R", bound=Record)
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,10 @@ class SeedResults:
     run: str
     seed: int
     epochs: int  # the epochs to tabulate: the configured count, or more when more are on disk
-    manifests: dict[int, dict[str, Any] | None]  # epoch -> epochs/epochNNN.json
-    scores: dict[int, dict[str, Any] | None]  # epoch -> eval/epochNNN.json
-    summary: dict[str, Any] | None
-    run_info: dict[str, Any] | None  # run.json
+    manifests: dict[int, EpochManifest | None]  # epoch -> epochs/epochNNN.json
+    scores: dict[int, CheckpointScores | None]  # epoch -> eval/epochNNN.json
+    summary: RunSummary | None
+    run_info: dict[str, Any] | None  # run.json's mapping
     steps: dict[int, dict[str, Any]]  # update -> its train.jsonl step record, in update order
     lrs: dict[int, float]  # update -> learning rate (the step records' "lrs"), in update order
     problems: list[str] = field(default_factory=list)  # unreadable train.jsonl lines
@@ -67,6 +70,11 @@ def _optional_json(path: Path) -> dict[str, Any] | None:
     if not isinstance(obj, dict):
         raise LnReproError(f"{path}: expected a JSON object")
     return obj
+
+
+def _optional_record(cls: type[R], path: Path) -> R | None:
+    """A record whose stage may not have run yet (None); a corrupt one is still an error."""
+    return cls.read(path) if path.exists() else None
 
 
 def _epochs_on_disk(folder: Path) -> set[int]:
@@ -118,9 +126,12 @@ def _read_seed(exp_dir: Path, paths: Paths, experiment: Experiment, run: str, se
     steps, lrs, problems = _train_log(folder / "train.jsonl")
     return SeedResults(
         run=run, seed=seed, epochs=n,
-        manifests={ep: _optional_json(local(paths.epoch_manifest(run, seed, f"{ep:03d}"))) for ep in range(1, n + 1)},
-        scores={ep: _optional_json(local(paths.score(run, seed, f"{ep:03d}"))) for ep in range(1, n + 1)},
-        summary=_optional_json(local(paths.summary(run, seed))), run_info=_optional_json(folder / "run.json"),
+        manifests={ep: _optional_record(EpochManifest, local(paths.epoch_manifest(run, seed, f"{ep:03d}")))
+                   for ep in range(1, n + 1)},
+        scores={ep: _optional_record(CheckpointScores, local(paths.score(run, seed, f"{ep:03d}")))
+                for ep in range(1, n + 1)},
+        summary=_optional_record(RunSummary, local(paths.summary(run, seed))),
+        run_info=_optional_json(folder / "run.json"),
         steps=steps, lrs=lrs, problems=problems)
 
 

@@ -32,10 +32,10 @@ def score_cell(row: pd.Series, col: str, digits: int = 2) -> str:
     """One run x epoch cell: seed mean (± std over seeds when several), 'diverged' when every seed
     diverged, the count of diverged seeds when some did, and the status when nothing was scored."""
     if row["status"] == ag.STATUS_DIVERGED:
-        return "diverged"
+        return ag.STATUS_DIVERGED
     mean = row.get(f"{col}_mean", math.nan)
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return "diverged" if row["n_diverged"] > 0 else str(row["status"])
+        return ag.STATUS_DIVERGED if row["n_diverged"] > 0 else str(row["status"])
     s = _fmt(mean, digits)
     if row["n_ok"] > 1 and not math.isnan(row.get(f"{col}_std", math.nan)):
         s += f" ± {_fmt(row[f'{col}_std'], digits)}"
@@ -55,7 +55,7 @@ def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: Sequence[str], dig
     cells = run_epochs.assign(cell=run_epochs.apply(lambda r: score_cell(r, col, digits), axis=1))
     piv = cells.pivot(index="epoch", columns="run", values="cell")
     piv = piv[[r for r in runs if r in piv.columns]]
-    piv = piv.fillna("missing")
+    piv = piv.fillna(ag.STATUS_MISSING)
     piv.columns.name = None
     return piv.reset_index()
 
