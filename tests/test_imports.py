@@ -101,3 +101,19 @@ def test_the_graph_sees_every_kind_of_import(tmp_path):
 def test_no_import_cycle():
     found = cycles(import_graph())
     assert not found, "import cycles (strongly connected groups of modules): " + "; ".join(map(" <-> ".join, found))
+
+
+def test_the_papers_facts_are_a_leaf():
+    """lnrepro.paper imports nothing of the package: the configuration layer and the analysis both read it."""
+    assert import_graph()["lnrepro.paper"] == set()
+
+
+def test_the_configuration_layer_imports_no_stage():
+    """config/ sits below the stages that read it: it imports none of them, not even inside a function (its
+    ``ModelSettings.model_config`` builds the model's own config class, which imports no configuration)."""
+    graph = import_graph()
+    stages = ("lnrepro.analysis", "lnrepro.train", "lnrepro.evaluate", "lnrepro.bench", "lnrepro.data",
+              "lnrepro.cli")
+    upward = {(m, t) for m, targets in graph.items() if m.split(".")[:2] == ["lnrepro", "config"]
+              for t in targets if t.startswith(stages)}
+    assert not upward, upward
