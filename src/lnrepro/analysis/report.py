@@ -9,7 +9,8 @@ section says; they never make the report fail. Diverged runs and epochs are show
 
 ``SECTIONS`` lists the page's sections in order (the table of contents comes from it too): each is an anchor, a
 heading and a function of the page that gives its template (``templates/sections/{anchor}.html.j2``) the
-variables it shows.
+variables it shows besides ``data`` (the builder's ``ReportData``, which every template reads) and ``table``
+(``{{ table(df, "id") }}`` renders one).
 """
 
 from __future__ import annotations
@@ -262,8 +263,8 @@ def _environment() -> jinja2.Environment:
 def render(page: Page) -> str:
     """index.html's text."""
     env = _environment()
-    sections = [{"anchor": anchor, "heading": heading,
-                 "body": Markup(env.get_template(f"sections/{anchor}.html.j2").render(**variables(page)))}
+    sections = [{"anchor": anchor, "heading": heading, "body": Markup(
+                    env.get_template(f"sections/{anchor}.html.j2").render(data=page.data, **variables(page)))}
                 for anchor, heading, variables in SECTIONS]
     return env.get_template("index.html.j2").render(
         name=page.experiment.name, sections=sections,
