@@ -1,9 +1,8 @@
 """Each published claim against what this experiment measured (one job: the claims table and its sentences).
 
 The published numbers live in ``published.yaml`` beside this module, each with its source (loaded by
-``lnrepro.paper.published``). A claim's
-``measure`` says how its value is computed from the report's tables (``MEASURES``); its status is one of
-``STATUSES``:
+``lnrepro.paper.published``). A claim's ``measure`` says how its value is computed from the report's tables
+(``MEASURES``); its status is one of ``STATUSES``:
 
 - not measured: no selected run is the claim's setup (or the stage that measures it has not run);
 - not measured at this scale: an absolute number where the dataset or model size is not the paper's (the
