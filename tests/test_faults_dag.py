@@ -154,6 +154,14 @@ def test_notes_rerun_the_report_only(demo_pair_run, every_job, tmp_path):
     assert jobs == sorted(_slices(every_job, "experiment") + REPORT)
 
 
+def test_published_numbers_rerun_the_report_only(demo_pair_run, tmp_path):
+    """published.yaml is an input of make_report (and of nothing else: experiment.json holds none of it)."""
+    run = copy_run(demo_pair_run, tmp_path)
+    published = run.workdir / "src" / "lnrepro" / "analysis" / "published.yaml"
+    published.write_text(published.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    assert planned(run) == REPORT
+
+
 def test_decay_epochs_retrain_only_the_step_decay_run(demo_pair_run, every_job, tmp_path):
     jobs = planned(demo_pair_run, layer={"defaults": {"schedule": {"decay_epochs": [1]}}}, tmp=tmp_path)
     assert jobs == sorted(_of_run(every_job, NOWARMUP_STEP) + _slices(every_job, "experiment") + REPORT)
