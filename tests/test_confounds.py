@@ -12,6 +12,7 @@ import yaml
 
 from lnrepro import config
 from lnrepro.analysis.aggregate import execution_facts
+from lnrepro.analysis.results import read_results
 from lnrepro.analysis.confounds import (
     analyze_confounds,
     confounds_markdown,
@@ -20,6 +21,7 @@ from lnrepro.analysis.confounds import (
     write_confounds,
 )
 from lnrepro.errors import LnReproError
+from lnrepro.records import RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,17 +59,25 @@ def cell(name: str, *, inert_differ: bool = True) -> dict:
     return cfg
 
 
+# The demo's typed experiment: the sections a hand-made run leaves out come from its first run.
+DEMO = config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"]))
+
+
 def experiment(comparisons: dict | None = None, runs: dict | None = None, select: list[str] | None = None,
-               seeds: list[int] | None = None) -> dict:
-    """experiment.json's dict: the eight cells (plus ``runs``), all selected unless ``select`` says."""
+               seeds: list[int] | None = None) -> config.Experiment:
+    """The typed experiment of the eight cells (plus ``runs``), all selected unless ``select`` says; each run's
+    settings not named here are the demo's (equal in every run)."""
     all_runs = {**{r: cell(r) for r in CELLS}, **(runs or {})}
-    return {"name": "fake", "select": list(all_runs) if select is None else select, "seeds": seeds or [1, 2, 3],
-            "runs": all_runs, "comparisons": FACTORIAL if comparisons is None else comparisons}
+    base = DEMO.runs[DEMO.select[0]].to_dict()
+    return config.Experiment.from_dict({
+        **DEMO.to_dict(), "name": "fake", "select": list(all_runs) if select is None else select,
+        "seeds": seeds or [1, 2, 3], "runs": {r: config.deep_merge(base, c) for r, c in all_runs.items()},
+        "comparisons": FACTORIAL if comparisons is None else comparisons, "grids": {}})
 
 
-def execution(exp: dict, **changes: dict) -> dict:
+def execution(exp: config.Experiment, **changes: dict) -> dict:
     """Every run ran alike (FACTS), except the facts ``changes`` gives per run."""
-    return {r: {**FACTS, **changes.get(r, {})} for r in exp["runs"]}
+    return {r: {**FACTS, **changes.get(r, {})} for r in exp.runs}
 
 
 def verdicts(result: dict) -> dict[str, tuple]:
@@ -94,7 +104,7 @@ def test_factorial_of_config_yaml():
     factor, anchor and warm-up length differ too, but each is inert in one of the two runs."""
     exp = experiment()
     assert verdicts(analyze_confounds(exp, execution(exp))) == FACTORIAL_EXPECTED
-    f4 = flatten(exp["runs"]["postln_warmup_isqrt"]), flatten(exp["runs"]["preln_nowarmup_step8"])
+    f4 = (flatten(exp.runs["postln_warmup_isqrt"].to_dict()), flatten(exp.runs["preln_nowarmup_step8"].to_dict()))
     assert {k for k in f4[0] if f4[0][k] != f4[1][k]} == {  # what differs before the inert keys are left out
         "model.norm", "schedule.warmup", "schedule.decay", "schedule.warmup_updates", "schedule.anchor_updates",
         "schedule.decay_epochs", "schedule.decay_factor"}
@@ -249,7 +259,8 @@ def test_markdown_states_keys_facts_and_time(tmp_path):
     exp = experiment({"figure4": FACTORIAL["figure4"], "pair": PAIR})
     facts = execution(exp, preln_warmup_isqrt={"torch": "2.5.1"})
     out = tmp_path / "report" / "confounds.md"
-    result = write_confounds(exp, out, facts)
+    result = analyze_confounds(exp, facts)
+    write_confounds(result, out)
     md = out.read_text()
     assert md == confounds_markdown(result)
     assert md.splitlines()[4].split(" | ")[4:9] == [
@@ -275,9 +286,15 @@ def test_execution_facts_from_the_results_tree(tmp_path):
         rd = tmp_path / "runs" / run / f"seed{seed}"
         rd.mkdir(parents=True)
         (rd / "run.json").write_text(json.dumps(rj))
-        (rd / "summary.json").write_text(json.dumps({"diverged": {"update": 3} if seed == 2 else None}))
+        RunSummary.from_dict({
+            "run": run, "seed": seed, "status": "diverged" if seed == 2 else "completed", "final_loss": None,
+            "final_nll": None, "final_loss_update": None, "updates": 3, "epochs_completed": 0, "epochs": 3,
+            "diverged": {"update": 3, "epoch": 1, "detail": "non-finite loss", "loss": None, "lr": 0.1}
+            if seed == 2 else None, "train_s": 1.0, "wall_s_all_attempts": 1.0, "attempts": 1,
+            "target_tokens_per_epoch": 10, "target_tokens_trained": 3, "tokens_per_s": None,
+            "where_ran": {"host": "h", "device": "cpu", "slurm_job_id": None}}).write(rd / "summary.json")
     (tmp_path / "runs" / b / "seed3").mkdir(parents=True)  # started, not finished: not trained
-    facts = execution_facts(tmp_path, exp)
+    facts = execution_facts(read_results(tmp_path, exp), exp)
     assert facts[a] == {"seeds": [1, 2], "device": "NVIDIA A100, NVIDIA H200", "precision": "fp32",
                         "torch": "2.4.0", "threads": "4"}
     assert facts[b] == {"seeds": [1], "device": "cpu", "precision": "bf16", "torch": "", "threads": "2"}
@@ -285,12 +302,13 @@ def test_execution_facts_from_the_results_tree(tmp_path):
                for r in exp.select[2:])
 
 
-def test_typed_experiment_reads_as_its_json():
-    """The report passes ``Experiment.to_dict()`` (tuples); it must give what experiment.json (lists) gives."""
-    exp = config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"])).to_dict()
-    exp["runs"]["preln_nowarmup_step8"]["schedule"]["decay_epochs"] = (3,)
+def test_experiment_read_back_from_its_json(tmp_path):
+    """The report reads the typed experiment from experiment.json: it gives the verdicts the loaded config gives
+    (the file lists the comparisons sorted by name)."""
+    exp = config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"]))
+    exp.write(tmp_path / "experiment.json")
     result = analyze_confounds(exp)
-    assert result == analyze_confounds(json.loads(json.dumps(exp)))
+    assert verdicts(result) == verdicts(analyze_confounds(config.Experiment.read(tmp_path / "experiment.json")))
     f4 = next(c for c in result["comparisons"] if c["name"] == "figure4")
     # decay_epochs differs too, but the isqrt run does not read it
     assert f4["confounds"] == ["schedule.decay", "schedule.warmup"]

@@ -25,7 +25,7 @@ import yaml
 from conftest import DEMO_PAIR, REPO, DemoRun, copy_run, snakemake
 from lnrepro.config import RunConfig, experiment, load_config
 from lnrepro.errors import LnReproError
-from lnrepro.train.schedule import used_settings
+from lnrepro.config.settings import used_settings
 from run_results import score_diffs, table_diffs, training_diffs
 
 WARMUP_ISQRT, NOWARMUP_STEP = "postln_warmup_isqrt", "preln_nowarmup_step8"  # the pair, in DEMO_PAIR
@@ -152,6 +152,14 @@ def test_beam_reruns_scoring_and_the_report_only(demo_pair_run, every_job, tmp_p
 def test_notes_rerun_the_report_only(demo_pair_run, every_job, tmp_path):
     jobs = planned(demo_pair_run, layer={"notes": "another note"}, tmp=tmp_path)
     assert jobs == sorted(_slices(every_job, "experiment") + REPORT)
+
+
+def test_published_numbers_rerun_the_report_only(demo_pair_run, tmp_path):
+    """published.yaml is an input of make_report (and of nothing else: experiment.json holds none of it)."""
+    run = copy_run(demo_pair_run, tmp_path)
+    published = run.workdir / "src" / "lnrepro" / "analysis" / "published.yaml"
+    published.write_text(published.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    assert planned(run) == REPORT
 
 
 def test_decay_epochs_retrain_only_the_step_decay_run(demo_pair_run, every_job, tmp_path):

@@ -17,10 +17,14 @@ import pytest
 from lnrepro import config
 from lnrepro.analysis import FIGURES
 from lnrepro.analysis import aggregate as ag
+from lnrepro.analysis import claims as cl
 from lnrepro.analysis import plots
 from lnrepro.analysis.claims import STATUSES
 from lnrepro.analysis.report import make_report
+from lnrepro.analysis.results import read_results
 from lnrepro.config import Experiment
+from lnrepro.paper import DEVIATIONS
+from lnrepro.records import CheckpointScores, EpochManifest, RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = ["postln_warmup_isqrt", "preln_nowarmup_step8", "postln_nowarmup_isqrt", "preln_warmup_isqrt"]
@@ -45,6 +49,12 @@ def bleu(run: str, seed: int, ep: int) -> float:
     return round(10 + 3 * ep + RUNS.index(run) + 0.5 * seed, 2)
 
 
+# The fields of the fabricated records (lnrepro.records) that no assertion reads.
+RECORD = {"where_ran": {"host": "h", "device": "Fake CPU", "slurm_job_id": None}}
+SCORED = {**RECORD, "weights": "w", "weights_sha256": "s", "manifest": "m", "decode": {}, "label_smoothing": 0.1,
+          "threads": 1, "torch": "2"}
+
+
 def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | None = None,
               scored: dict | None = None) -> tuple[Path, Experiment]:
     """Fabricate results/{exp}/ as the stages write it. ``diverge``: {(run, seed): epoch}; ``unevaluated``:
@@ -67,7 +77,6 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
         "eval": {**DEMO["eval"], "splits": eval_splits},
         "notes": "DEMO NOTE: T_warmup, T_anchor and the decay epoch are scaled to 3 epochs.",
         "scaling": {"warmup_updates": 40, "decay_epochs": [2]},
-        "deviations": ["Joint sentencepiece BPE instead of subword-nmt (DEVIATION-MARK)."],
     })
     exp_dir.mkdir(parents=True)
     exp.write(exp_dir / "experiment.json")
@@ -102,31 +111,39 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
                           json.dumps({"kind": "finished", "attempt": 2, "update": last, "wall_s": 9.0})]
             lines.append('{"update": 7, "lo')  # a partial line from a killed writer
             (rd / "train.jsonl").write_text("\n".join(lines) + "\n")
-            summary = {"updates": last, "diverged": {"update": last, "epoch": div_ep, "detail": "loss nan"} if div_ep else None}
+            summary = {**RECORD, "status": "diverged" if div_ep else "completed", "final_loss": 9.0, "final_nll": 8.0,
+                       "final_loss_update": last, "updates": last, "epochs_completed": (div_ep or EPOCHS + 1) - 1,
+                       "epochs": EPOCHS, "target_tokens_per_epoch": 1000, "target_tokens_trained": last * 100,
+                       "diverged": {"update": last, "epoch": div_ep, "detail": "loss nan", "loss": None, "lr": 1e-4}
+                       if div_ep else None, "attempts": 2}
             if run.startswith("post"):
-                summary.update(train_s=last * 0.11, wall_s_all_attempts=last * 0.2, attempts=2)
-            else:  # attempts unknown here: counted from the training log
-                summary.update(train_s=last * 0.1)
-            (rd / "summary.json").write_text(json.dumps(summary))
+                summary.update(train_s=last * 0.11, wall_s_all_attempts=last * 0.2, tokens_per_s=None)
+            else:  # throughput unknown here: the training log's mean
+                summary.update(train_s=last * 0.1, wall_s_all_attempts=last * 0.1, tokens_per_s=None)
+            RunSummary.from_dict({**summary, "run": run, "seed": seed}).write(rd / "summary.json")
             for ep in range(1, EPOCHS + 1):
                 diverged = div_ep is not None and ep >= div_ep
                 status = "diverged" if diverged else "ok"
-                (rd / "epochs" / f"epoch{ep:03d}.json").write_text(json.dumps({
-                    "epoch": ep, "status": status, "updates": min(ep * upe, last),
-                    "wall_s": min(ep * upe, last) * 0.1 + RUNS.index(run),
-                    "weights": None if diverged else f"state/epochs/epoch{ep:03d}.pt"}))
+                EpochManifest.from_dict({
+                    **RECORD, "run": run, "seed": seed, "epoch": ep, "status": status,
+                    "updates": min(ep * upe, last), "wall_s": min(ep * upe, last) * 0.1 + RUNS.index(run),
+                    "weights": None if diverged else f"state/epochs/epoch{ep:03d}.pt",
+                    "sha256": None if diverged else "ab" * 32, "partial": False, "config_sha256": "cd" * 32,
+                }).write(rd / "epochs" / f"epoch{ep:03d}.json")
                 if (run, seed, ep) in unevaluated:
                     continue
+                ev = {**SCORED, "run": run, "seed": seed, "epoch": ep, "updates": min(ep * upe, last)}
                 if diverged:
-                    ev = {"status": "diverged", "splits": {}, "wall_s": 0.0}
+                    ev.update(status="diverged", splits={}, wall_s=0.0)
                 else:
                     b = bleu(run, seed, ep)
-                    ev = {"status": "ok", "wall_s": 1.5, "splits": {sp: {
+                    ev.update(status="ok", wall_s=1.5, splits={sp: {
                         "loss": 5.0 / ep, "nll": 4.0 / ep, "loss_base2": 5.0 / ep / math.log(2),
-                        "nll_base2": 4.0 / ep / math.log(2), "bleu_tok": b + (sp == "test"), "sacrebleu": b - 1,
-                        "sacrebleu_signature": "nrefs:1|case:lc|tok:13a", "sentences": 10, "sent_per_s": 5.0}
-                        for sp in ("valid", "test") if ep in eval_splits[sp]["epochs"]}}
-                (rd / "eval" / f"epoch{ep:03d}.json").write_text(json.dumps(ev))
+                        "nll_base2": 4.0 / ep / math.log(2), "target_tokens": 100, "bleu_tok": b + (sp == "test"),
+                        "bleu_tok_detail": {}, "sacrebleu": b - 1, "sacrebleu_signature": "nrefs:1|case:lc|tok:13a",
+                        "sacrebleu_detail": {}, "sentences": 10, "decode_s": 2.0, "sent_per_s": 5.0}
+                        for sp in ("valid", "test") if ep in eval_splits[sp]["epochs"]})
+                CheckpointScores.from_dict(ev).write(rd / "eval" / f"epoch{ep:03d}.json")
     return exp_dir, exp
 
 
@@ -217,7 +234,7 @@ def test_sections_notes_confounds_deviations(report):
     for sec in ("What was run", "Figure 4 reproduction", "Confounds", "Stability", "Wall-clock",
                 "Gradient at initialization", "Assumptions and deviations", "Where it ran"):
         assert sec in text
-    assert "DEMO NOTE: T_warmup" in text and "DEVIATION-MARK" in text
+    assert "DEMO NOTE: T_warmup" in text and all(d in html.unescape(text) for d in DEVIATIONS)
     assert "Expected gradient at initialization: not computed" in text
     assert "not comparing time" in text
     conf = pd.DataFrame(p.tables["confounds"][1:], columns=p.tables["confounds"][0]).set_index("comparison")
@@ -281,7 +298,7 @@ def test_findings_open_the_page_and_come_from_the_tables(report):
         assert row.status in html.unescape(sentence)
     assert claims.set_index("id").loc["figure4_postln_bleu", "status"] == "not measured at this scale"  # demo size
     assert set(claims["status"]) <= set(STATUSES)
-    assert all(s.startswith("Figure 4&#x27;s difference in valid_") for s in findings[-2:])
+    assert all(html.unescape(s).startswith("Figure 4's difference in valid_") for s in findings[-2:])
     rows = {r[0]: r for r in p.tables["claims"][1:]}
     measured = claims.set_index("id").loc["figure4_postln_bleu", "measured"]
     assert rows["figure4_postln_bleu"][5].startswith(f"{measured:.4g} [")  # the value [its interval]
@@ -314,8 +331,8 @@ def test_data_budget_effect_and_failure_tables(report):
     text = index.read_text()
     assert "No grid is selected" in _section(text, "tuned")
     assumptions = html.unescape(_section(text, "assumptions"))
-    assert "41.78 M parameters instead of 39.47 M" in assumptions and "DEVIATION-MARK" in assumptions
-    assert "Dataset: synthetic instead of the paper&#x27;s iwslt14" in _section(text, "assumptions")
+    assert "41.78 M parameters instead of 39.47 M" in assumptions and all(d in assumptions for d in DEVIATIONS)
+    assert "Dataset: synthetic instead of the paper's iwslt14" in assumptions
     assert [r[0] for r in p.tables["unstated"][1:]][:3] == ["weight decay", "Adam eps", "gradient clipping"]
 
 
@@ -406,13 +423,14 @@ def test_a_claim_needing_an_unscored_epoch_says_so(tmp_path):
 
 def test_train_logs_parsed_generically(tmp_path):
     exp_dir, exp = make_tree(tmp_path)
-    log = ag.read_train_logs(exp_dir, exp)
+    results = read_results(exp_dir, exp)
+    log = ag.train_logs(results)
     assert len(log.problems) == len(RUNS) * len(SEEDS)  # the partial line of each log, reported not fatal
     c = log.curves[(log.curves["run"] == RUNS[0]) & (log.curves["seed"] == 1)]
     assert c["update"].is_unique and c.loc[c["update"] == 1, "loss"].item() == 99.0  # last attempt wins
     assert c["update"].max() == EPOCHS * 10 - 1 and c["loss"].notna().all()  # no "finished" marker row
     assert set(log.layers["stack"]) == {"enc", "dec"}  # "lrs" (a list) is not a layer
-    agg0 = ag.aggregate(exp_dir, exp)
+    agg0 = ag.aggregate(results, exp)
     w = agg0.wallclock.set_index(["run", "seed"])
     assert w.loc[("postln_warmup_isqrt", 1), "train_wall_s"] == pytest.approx(3.3)  # summary train_s
     assert w.loc[("preln_warmup_isqrt", 1), "train_wall_s"] == pytest.approx(3.0)
@@ -426,7 +444,7 @@ def test_train_logs_parsed_generically(tmp_path):
     pre = lay[lay["run"] == "preln_warmup_isqrt"]
     assert set(map(tuple, pre[["stack", "sublayer"]].drop_duplicates().values)) == {
         ("enc", "attn"), ("enc", "ffn"), ("dec", "attn"), ("dec", "ffn")}
-    agg = ag.aggregate(exp_dir, exp)
+    agg = ag.aggregate(results, exp)
     assert agg.early_updates == 10  # the first epoch's updates
     e = agg.layers_early
     v = e[(e["run"] == "postln_warmup_isqrt") & (e["stack"] == "dec") & (e["sublayer"] == "ffn") & (e["layer"] == 1)]
@@ -526,25 +544,25 @@ def _paper_scale(epochs: int = 20) -> Experiment:
 
 def test_figure4_paper_points_only_at_the_papers_scale():
     exp = _paper_scale()
-    pair = plots.figure4_runs(exp)
+    pair = cl.figure4_runs(exp)
     assert pair == ["postln_warmup_isqrt", "preln_nowarmup_step8"]
-    marks, note = plots.paper_marks(exp, pair, "valid")
+    marks, note = cl.paper_marks(exp, pair, "valid")
     assert note == ""
     values = {(m.run, m.metric): (m.epoch, m.value) for m in marks if m.value is not None}
     assert values == {(r, "bleu_tok"): (20, 34.0) for r in pair} | {(r, "loss_base2"): (20, 4.0) for r in pair}
     # Pre-LN's 9th checkpoint about as good as Post-LN's 15th (of 20 epochs)
     assert {(m.run, m.epoch) for m in marks if m.value is None} == {(pair[1], 9.0), (pair[0], 15)}
-    assert plots.paper_marks(exp, pair, "test") == ([], "")  # published for the validation split only
+    assert cl.paper_marks(exp, pair, "test") == ([], "")  # published for the validation split only
     demo = Experiment.from_dict({**exp.to_dict(), "data": DEMO["data"]})
-    marks, note = plots.paper_marks(demo, pair, "valid")
+    marks, note = cl.paper_marks(demo, pair, "valid")
     assert marks == [] and note.startswith("paper's points not shown: synthetic, 6+6 layers")
 
 
 def test_plot_figure4_marks_and_note(report, drawn):
     exp_dir, exp, _, _ = report
     run_epochs = pd.read_csv(exp_dir / "report" / "tables" / "run_epochs.csv")
-    pair = plots.figure4_runs(exp)
-    marks, _ = plots.paper_marks(_paper_scale(EPOCHS), pair, "valid")
+    pair = cl.figure4_runs(exp)
+    marks, _ = cl.paper_marks(_paper_scale(EPOCHS), pair, "valid")
     plots.plot_figure4(run_epochs, pair, "valid", Path("f4.png"), marks=marks)
     plots.plot_figure4(run_epochs, pair, "valid", Path("f4.png"), note="paper's points not shown: X differs")
     plots.plot_figure4(run_epochs, [], "valid", Path("f4.png"))
@@ -560,7 +578,7 @@ def test_plot_figure4_marks_and_note(report, drawn):
 def test_plot_figure4_time_axes(report, drawn):
     exp_dir, exp, _, _ = report
     run_epochs = pd.read_csv(exp_dir / "report" / "tables" / "run_epochs.csv")
-    plots.plot_figure4_time(run_epochs, plots.figure4_runs(exp), "valid", Path("t.png"))
+    plots.plot_figure4_time(run_epochs, cl.figure4_runs(exp), "valid", Path("t.png"))
     (fig,) = drawn
     assert [ax.get_xlabel() for ax in fig.axes] == ["updates (optimizer steps)",
                                                      "training wall-clock (s, summed over attempts)"] * 2
@@ -570,8 +588,6 @@ def test_plot_figure4_time_axes(report, drawn):
 
 
 def test_learning_rates_from_train_jsonl(tmp_path, drawn):
-    from lnrepro.analysis.report import _learning_rates
-
     exp_dir, exp = make_tree(tmp_path)
     rd = exp_dir / "runs" / RUNS[0] / "seed1"
     # attempt 1 logs updates 1-4 in two records, is killed; attempt 2 resumes after update 2 and redoes 3-4
@@ -580,7 +596,7 @@ def test_learning_rates_from_train_jsonl(tmp_path, drawn):
             {"kind": "attempt", "attempt": 2, "resumed_update": 2},
             {"kind": "step", "attempt": 2, "update": 4, "lrs": [2.5, 3.5]}]
     (rd / "train.jsonl").write_text("\n".join(map(json.dumps, recs)) + "\n{\"update\": 5, \"lr")
-    lrs = _learning_rates(exp_dir, exp)
+    lrs = ag.learning_rates(read_results(exp_dir, exp))
     mine = lrs[(lrs["run"] == RUNS[0]) & (lrs["seed"] == 1)]
     assert mine[["update", "lr"]].values.tolist() == [[1, 0.0], [2, 1.0], [3, 2.5], [4, 3.5]]
     assert set(lrs["run"]) == {r for r in RUNS if r.startswith("post")}  # the others log no lrs

@@ -6,8 +6,9 @@ import math
 import pytest
 
 from lnrepro.config import ScheduleSettings, load_schema
+from lnrepro.config.settings import DECAY_SETTINGS, inert_settings, used_settings
 from lnrepro.errors import LnReproError
-from lnrepro.train.schedule import DECAY_SETTINGS, inert_settings, lr_at, used_settings
+from lnrepro.train.schedule import lr_at
 
 LR = 5e-4
 BASE = {"warmup_updates": 4000, "anchor_updates": 4000, "decay_epochs": [8], "decay_factor": 0.1}

@@ -10,6 +10,7 @@ import pytest
 from fixtures_grids import demo_with_grids
 from lnrepro.analysis import aggregate as ag
 from lnrepro.analysis import tables as tb
+from lnrepro.io import csv_text
 from lnrepro.train.schedule import lr_at
 
 EXP = demo_with_grids()
@@ -64,7 +65,7 @@ def test_scores_long_has_every_run_seed_epoch_split_metric():
     assert v[(1, 1, "train", "updates")] == 10 and isinstance(v[(1, 1, "train", "updates")], int)
     assert v[(2, 2, "train", "status")] == "diverged at update 13"
     assert math.isnan(v[(2, 2, "valid", "loss")])
-    text = ag.to_csv_text(long)
+    text = csv_text(long)
     assert text.startswith("run,seed,epoch,split,metric,value\n")
     assert f"{RUN},2,2,train,status,diverged at update 13\n" in text
 

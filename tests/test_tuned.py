@@ -54,9 +54,9 @@ def test_pairs_and_comparisons_from_the_config():
     best = {"tune_postln": DEMO.grids["tune_postln"].runs[1], "tune_preln": DEMO.grids["tune_preln"].runs[0]}
     comps = tu.tuned_comparisons(DEMO, pairs, best)
     assert list(comps) == ["figure4_tuned"]
-    assert comps["figure4_tuned"]["runs"] == [best["tune_postln"], best["tune_preln"]]
-    assert comps["figure4_tuned"]["factor"] == "norm"
-    assert comps["figure4_tuned"]["claim"].startswith("tuned against tuned")
+    assert comps["figure4_tuned"].runs == (best["tune_postln"], best["tune_preln"])
+    assert comps["figure4_tuned"].factor == "norm"
+    assert comps["figure4_tuned"].claim.startswith("tuned against tuned")
     assert tu.tuned_comparisons(DEMO, pairs, {"tune_postln": best["tune_postln"]}) == {}  # one grid not scored yet
 
 

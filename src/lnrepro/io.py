@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import errno
+import io
 import json
+import math
 import os
 import platform
 import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .errors import LnReproError
+
+if TYPE_CHECKING:  # pandas is not a dependency of the stages that never write a table
+    import pandas as pd
 
 
 def _no_space(exc: BaseException) -> bool:
@@ -85,8 +90,33 @@ def json_text(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True) + "\n"
 
 
+def finite_json(obj: Any) -> Any:
+    """Replace non-finite floats by None (strict JSON has no NaN/Infinity); recurse into dicts and lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json_text(obj))
+
+
+def csv_text(df: pd.DataFrame) -> str:
+    """The one CSV layout of every table written: a header row, no index, floats with 6 significant digits and
+    "\n" line ends, so reruns on the same results give the same bytes."""
+    buf = io.StringIO()
+    df.to_csv(buf, index=False, float_format="%.6g", lineterminator="\n")
+    return buf.getvalue()
+
+
+def atomic_write_csv(path: str | os.PathLike, df: pd.DataFrame) -> Path:
+    """Write ``df`` as ``csv_text`` to ``path`` atomically; returns the path."""
+    atomic_write_text(path, csv_text(df))
+    return Path(path)
 
 
 def torch_save_file(obj: Any, path: str | os.PathLike) -> None:

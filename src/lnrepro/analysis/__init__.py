@@ -1,12 +1,12 @@
-"""Analysis stages: aggregation of the results tree, confound detection, figures, the HTML report and the
-gradient-at-initialization study. Submodules are imported on use (matplotlib and torch are heavy):
+"""Analysis stages: the report (read once, compute once, render) and the gradient-at-initialization study.
+Submodules are imported on use (matplotlib and torch are heavy):
 
-- ``lnrepro.analysis.aggregate``: tidy tables from results/{exp}/runs/ (``aggregate``, ``write_tables``)
-- ``lnrepro.analysis.confounds``: per comparison, the differing config keys (``analyze_confounds``, ``write_confounds``;
-  they take experiment.json's plain dict)
-- ``lnrepro.analysis.plots``: PNG figures (``make_figures``; FIGURES below names them)
-- ``lnrepro.analysis.report``: ``make_report(exp_dir, experiment, out_dir) -> Path`` (report/index.html; ``experiment``
-  is the typed ``lnrepro.config.Experiment``)
+- ``lnrepro.analysis.results``: ``read_results(exp_dir, experiment)``, the report's one reader of the results tree
+- ``lnrepro.analysis.build``: ``build(results, experiment) -> ReportData``, every table once (aggregate, tables,
+  budget, effects, tuned, claims, confounds, gradinit_fit); ``ReportData.tables()`` lists the CSVs written
+- ``lnrepro.analysis.plots``: PNG figures (``make_figures(data, fig_dir)``; FIGURES below names them)
+- ``lnrepro.analysis.report``: ``make_report(exp_dir, experiment, out_dir) -> Path`` (report/index.html, rendered
+  through the Jinja2 templates of ``templates/``; ``experiment`` is the typed ``lnrepro.config.Experiment``)
 - ``lnrepro.analysis.gradinit``: ``run_gradinit(...)`` (analysis/gradinit.csv), ``run_after_warmup(...)``
   (analysis/gradinit_after_warmup.csv)
 - ``lnrepro.analysis.gradinit_fit``: the fit over depths (analysis/gradinit_fit.csv) and the views of gradinit.csv

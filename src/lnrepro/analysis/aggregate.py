@@ -1,58 +1,38 @@
-"""Collect an experiment's results tree into tidy pandas tables (one job: read and tabulate, no plotting).
+"""An experiment's run outputs as tidy pandas tables (one job: tabulate what ``results.read_results`` read).
 
-Reads, under ``results/{exp}/runs/{run}/seed{seed}/``: ``epochs/epochNNN.json`` (training manifests),
-``eval/epochNNN.json`` (scores), ``summary.json``, ``run.json`` and ``train.jsonl``. Every reader is
-tolerant: a missing optional file gives NaN / "missing", never a crash, because the report must render
-for a partly finished experiment too. A run or epoch that diverged is recorded as ``diverged`` (a result),
-never as missing data.
+From each seed's epoch manifests, score files, ``summary.json``, ``run.json`` and ``train.jsonl``: a missing
+file gives NaN / "missing", never a crash, because the report must render for a partly finished experiment
+too. A run or epoch that diverged is recorded as ``diverged`` (a result), never as missing data.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import math
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
 from ..config.settings import Experiment
-from ..errors import LnReproError
-from ..io import atomic_write_text, read_json
+from ..records import Record, RunStatus
+from .results import Results, SeedResults
 
 # Scores read per split from eval/epochNNN.json "splits": {split: {...}}.
 SPLIT_METRICS = ("loss", "nll", "loss_base2", "nll_base2", "bleu_tok", "sacrebleu")
 # Fields of a train.jsonl record that are scalars of the training curve.
 TRAIN_SCALARS = ("loss", "nll", "lr", "grad_norm", "tokens_per_s", "wall_s", "attempt")
 
-STATUS_OK = "ok"
-STATUS_DIVERGED = "diverged"
+# A checkpoint's status in the tables: the records' (lnrepro.records.RunStatus: ok, diverged, stopped), or the
+# report's own for work not done yet.
+STATUS_OK = RunStatus.OK.value
+STATUS_DIVERGED = RunStatus.DIVERGED.value
 STATUS_NOT_EVALUATED = "not evaluated"
 STATUS_MISSING = "missing"
 
 
-def run_dir(exp_dir: Path, run: str, seed: int) -> Path:
-    return Path(exp_dir) / "runs" / run / f"seed{seed}"
-
-
-def _run_seeds(exp_dir: Path, experiment: Experiment) -> Iterator[tuple[str, int, Path]]:
-    """(run, seed, its folder) for every selected run and each of its seeds, in ``select`` then seed order."""
-    for run in experiment.select:
-        for seed in experiment.seeds_of(run):
-            yield run, seed, run_dir(exp_dir, run, seed)
-
-
-def _read_optional_json(path: Path) -> dict[str, Any] | None:
-    """A JSON file that may not exist yet (the stage has not run); a corrupt one is still an error."""
-    if not path.exists():
-        return None
-    obj = read_json(path)
-    if not isinstance(obj, dict):
-        raise LnReproError(f"{path}: expected a JSON object")
-    return obj
+def _field(record: Record | None, name: str) -> Any:
+    """A record's field, None while the record is not written yet."""
+    return None if record is None else getattr(record, name)
 
 
 def _num(x: Any) -> float:
@@ -61,15 +41,6 @@ def _num(x: Any) -> float:
         return float(x) if x is not None else math.nan
     except (TypeError, ValueError):
         return math.nan
-
-
-_EPOCH_FILE = re.compile(r"^epoch(\d+)\.json$")
-
-
-def _epochs_on_disk(folder: Path) -> set[int]:
-    if not folder.is_dir():
-        return set()
-    return {int(m.group(1)) for p in folder.iterdir() if (m := _EPOCH_FILE.match(p.name))}
 
 
 def primary_split(experiment: Experiment) -> str:
@@ -82,7 +53,7 @@ def primary_split(experiment: Experiment) -> str:
 # per (run, seed, epoch)
 
 
-def epoch_table(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
+def epoch_table(results: Results, experiment: Experiment) -> pd.DataFrame:
     """One row per (run, seed, epoch): status, updates, training wall-clock at the end of that epoch,
     evaluation wall-clock, and every scored split's scores as ``{split}_{metric}`` columns (NaN at an epoch the
     split is not scored at: ``eval.splits.{split}.epochs``).
@@ -92,19 +63,15 @@ def epoch_table(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
     """
     splits = experiment.eval.splits
     rows: list[dict[str, Any]] = []
-    for run, seed, rd in _run_seeds(exp_dir, experiment):
-        summary = _read_optional_json(rd / "summary.json") or {}
-        div = summary.get("diverged") if isinstance(summary.get("diverged"), dict) else None
-        div_epoch = int(div["epoch"]) if div and div.get("epoch") is not None else None
-        # epochs on disk beyond the configured count still show (a results tree from an earlier config)
-        n_ep = max([experiment.runs[run].train.epochs, *_epochs_on_disk(rd / "epochs"), *_epochs_on_disk(rd / "eval")])
-        for ep in range(1, n_ep + 1):
-            man = _read_optional_json(rd / "epochs" / f"epoch{ep:03d}.json")
-            ev = _read_optional_json(rd / "eval" / f"epoch{ep:03d}.json")
-            train_status = (man or {}).get("status", STATUS_MISSING)
+    for sr in results.seeds:
+        run, seed, div = sr.run, sr.seed, _field(sr.summary, "diverged")
+        div_epoch = None if div is None else div.epoch
+        for ep in range(1, sr.epochs + 1):
+            man, ev = sr.manifests[ep], sr.scores[ep]
+            train_status = STATUS_MISSING if man is None else man.status.value
             if man is None and div_epoch is not None and ep >= div_epoch:
                 train_status = STATUS_DIVERGED  # summary knows even if manifests are not written yet
-            eval_status = (ev or {}).get("status", STATUS_MISSING)
+            eval_status = STATUS_MISSING if ev is None else ev.status.value
             if STATUS_DIVERGED in (train_status, eval_status):
                 status = STATUS_DIVERGED
             elif train_status not in (STATUS_OK, STATUS_MISSING):
@@ -118,16 +85,16 @@ def epoch_table(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
             row: dict[str, Any] = {
                 "run": run, "seed": seed, "epoch": ep, "status": status,
                 "train_status": train_status, "eval_status": eval_status,
-                "updates": _num((man or {}).get("updates")),
-                "train_wall_s": _num((man or {}).get("wall_s")),
-                "eval_wall_s": _num((ev or {}).get("wall_s")),
+                "updates": _num(_field(man, "updates")),
+                "train_wall_s": _num(_field(man, "wall_s")),
+                "eval_wall_s": _num(_field(ev, "wall_s")),
             }
-            ev_splits = (ev or {}).get("splits") or {}
+            ev_splits = _field(ev, "splits") or {}
             for sp in splits:
-                scores = ev_splits.get(sp) or {}
+                scores = ev_splits.get(sp)
                 for m in SPLIT_METRICS:
                     # a diverged epoch has no scores: NaN, with status telling why
-                    row[f"{sp}_{m}"] = _num(scores.get(m)) if status == STATUS_OK else math.nan
+                    row[f"{sp}_{m}"] = _num(_field(scores, m)) if status == STATUS_OK else math.nan
             rows.append(row)
     cols = ["run", "seed", "epoch", "status", "train_status", "eval_status", "updates", "train_wall_s",
             "eval_wall_s"] + [f"{sp}_{m}" for sp in splits for m in SPLIT_METRICS]
@@ -178,52 +145,58 @@ def run_epoch_table(epochs: pd.DataFrame) -> pd.DataFrame:
 # per run
 
 
-def divergence_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
+def _by_run(results: Results, experiment: Experiment) -> dict[str, list[SeedResults]]:
+    """Each selected run's seeds, in ``select`` order."""
+    out: dict[str, list[SeedResults]] = {run: [] for run in experiment.select}
+    for sr in results.seeds:
+        out[sr.run].append(sr)
+    return out
+
+
+def divergence_table(results: Results, experiment: Experiment, epochs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per run: seeds finished (summary.json present), seeds diverged, divergence rate, and where."""
     rows = []
-    for run in experiment.select:
-        n_fin, n_div, where, seeds = 0, 0, [], experiment.seeds_of(run)
-        for seed in seeds:
-            summary = _read_optional_json(run_dir(exp_dir, run, seed) / "summary.json")
-            div = None
+    for run, seeds in _by_run(results, experiment).items():
+        n_fin, n_div, where = 0, 0, []
+        for sr in seeds:
+            summary, seed = sr.summary, sr.seed
+            div: tuple[Any, Any, str] | None = None  # update, epoch, detail
             if summary is not None:
                 n_fin += 1
-                div = summary.get("diverged")
+                d = summary.diverged
+                div = None if d is None else (d.update, d.epoch, d.detail)
             elif epochs is not None:
                 # no summary yet: a diverged manifest still tells us
-                g = epochs[(epochs["run"] == run) & (epochs["seed"] == seed) & (epochs["train_status"] == STATUS_DIVERGED)]
+                g = epochs[(epochs["run"] == run) & (epochs["seed"] == seed)
+                           & (epochs["train_status"] == STATUS_DIVERGED)]
                 if len(g):
                     n_fin += 1
-                    div = {"epoch": int(g["epoch"].min())}
+                    div = ("?", int(g["epoch"].min()), "")
             if div:
                 n_div += 1
-                d = div if isinstance(div, dict) else {}
-                why = d.get("detail")
-                where.append(f"seed {seed}: update {d.get('update', '?')}, epoch {d.get('epoch', '?')}"
-                             + (f" ({why})" if why else ""))
+                update, epoch, why = div
+                where.append(f"seed {seed}: update {update}, epoch {epoch}" + (f" ({why})" if why else ""))
         rows.append({"run": run, "n_seeds": len(seeds), "n_finished": n_fin, "n_diverged": n_div,
                      "divergence_rate": (n_div / n_fin) if n_fin else math.nan, "diverged_at": "; ".join(where)})
     return pd.DataFrame(rows, columns=["run", "n_seeds", "n_finished", "n_diverged", "divergence_rate", "diverged_at"])
 
 
-def wallclock_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame,
-                    curves: pd.DataFrame | None = None) -> pd.DataFrame:
+def wallclock_table(results: Results, epochs: pd.DataFrame, curves: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (run, seed): updates, training wall-clock summed over attempts (summary.json), seconds per
     update, mean logged target tokens/s, evaluation wall-clock summed over epochs, attempts, host, device."""
     rows = []
-    for run, seed, rd in _run_seeds(exp_dir, experiment):
-        summary = _read_optional_json(rd / "summary.json") or {}
-        rj = _read_optional_json(rd / "run.json") or {}
+    for sr in results.seeds:
+        run, seed, summary, rj = sr.run, sr.seed, sr.summary, sr.run_info or {}
         ran = rj.get("where_ran") or {}
         g = epochs[(epochs["run"] == run) & (epochs["seed"] == seed)]
-        updates = _num(summary.get("updates"))
+        updates = _num(_field(summary, "updates"))
         # training wall-clock summed over attempts: the time in updates whose results were kept, across
         # resumes (the epoch manifests' wall_s is the same clock)
-        wall = _num(summary.get("train_s"))
+        wall = _num(_field(summary, "train_s"))
         if math.isnan(wall) and len(g):  # summary not yet written: last manifest's cumulative wall-clock
             wall = g["train_wall_s"].max()
             updates = g["updates"].max() if math.isnan(updates) else updates
-        tps, attempts = _num(summary.get("tokens_per_s")), _num(summary.get("attempts"))
+        tps, attempts = _num(_field(summary, "tokens_per_s")), _num(_field(summary, "attempts"))
         if curves is not None and len(curves):
             c = curves[(curves["run"] == run) & (curves["seed"] == seed)]
             if len(c) and math.isnan(tps) and c["tokens_per_s"].notna().any():
@@ -233,7 +206,7 @@ def wallclock_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame,
         rows.append({
             "run": run, "seed": seed, "updates": updates, "train_wall_s": wall,
             "s_per_update": wall / updates if updates and not math.isnan(updates) else math.nan,
-            "wall_s_all_attempts": _num(summary.get("wall_s_all_attempts")),
+            "wall_s_all_attempts": _num(_field(summary, "wall_s_all_attempts")),
             "tokens_per_s": tps, "attempts": attempts,
             "eval_wall_s": g["eval_wall_s"].sum(min_count=1) if len(g) else math.nan,
             "threads": rj.get("threads"), "precision": rj.get("precision"),
@@ -242,7 +215,7 @@ def wallclock_table(exp_dir: Path, experiment: Experiment, epochs: pd.DataFrame,
     return pd.DataFrame(rows)
 
 
-def execution_facts(exp_dir: Path, experiment: Experiment) -> dict[str, dict[str, Any]]:
+def execution_facts(results: Results, experiment: Experiment) -> dict[str, dict[str, Any]]:
     """Per selected run, where it ran, as ``confounds.analyze_confounds`` compares it: ``seeds``, the seeds
     trained (with a summary.json, diverged or not), and from their run.json ``device`` (device_name, else the
     device type), ``precision``, ``torch`` (torch_version) and ``threads``, each as the distinct values over
@@ -251,11 +224,12 @@ def execution_facts(exp_dir: Path, experiment: Experiment) -> dict[str, dict[str
               "threads": ("threads",)}
     seeds: dict[str, list[int]] = {run: [] for run in experiment.select}
     values: dict[str, dict[str, set[str]]] = {run: {name: set() for name in fields} for run in experiment.select}
-    for run, seed, rd in _run_seeds(exp_dir, experiment):
-        if not (rd / "summary.json").exists():
+    for sr in results.seeds:
+        if sr.summary is None:
             continue
-        seeds[run].append(seed)
-        rj = _read_optional_json(rd / "run.json") or {}
+        seeds[sr.run].append(sr.seed)
+        rj = sr.run_info or {}
+        run = sr.run
         for name, keys in fields.items():
             value = next((rj[k] for k in keys if rj.get(k) not in (None, "")), None)
             if value is not None:
@@ -264,21 +238,20 @@ def execution_facts(exp_dir: Path, experiment: Experiment) -> dict[str, dict[str
             for run in experiment.select}
 
 
-def summary_table(exp_dir: Path, experiment: Experiment) -> pd.DataFrame:
+def summary_table(results: Results) -> pd.DataFrame:
     """Per (run, seed) with a summary.json: ``status`` (completed / diverged / max_updates), ``updates``,
     ``diverged_update`` (the update whose loss diverged, else NaN), ``target_tokens_per_epoch`` and
     ``target_tokens_trained``."""
     cols = ["run", "seed", "status", "updates", "diverged_update", "target_tokens_per_epoch", "target_tokens_trained"]
     rows = []
-    for run, seed, rd in _run_seeds(exp_dir, experiment):
-        summary = _read_optional_json(rd / "summary.json")
+    for sr in results.seeds:
+        run, seed, summary = sr.run, sr.seed, sr.summary
         if summary is None:
             continue
-        div = summary.get("diverged") if isinstance(summary.get("diverged"), dict) else {}
-        rows.append({"run": run, "seed": seed, "status": str(summary.get("status") or ""),
-                     "updates": _num(summary.get("updates")), "diverged_update": _num(div.get("update")),
-                     "target_tokens_per_epoch": _num(summary.get("target_tokens_per_epoch")),
-                     "target_tokens_trained": _num(summary.get("target_tokens_trained"))})
+        rows.append({"run": run, "seed": seed, "status": summary.status.value, "updates": _num(summary.updates),
+                     "diverged_update": _num(_field(summary.diverged, "update")),
+                     "target_tokens_per_epoch": _num(summary.target_tokens_per_epoch),
+                     "target_tokens_trained": _num(summary.target_tokens_trained)})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -384,52 +357,37 @@ class TrainLog:
 
     curves: pd.DataFrame
     layers: pd.DataFrame
-    problems: list[str] = field(default_factory=list)
+    problems: list[str]
 
 
-def read_train_logs(exp_dir: Path, experiment: Experiment) -> TrainLog:
-    """Read every selected run's train.jsonl. Records with a "kind" other than "step" (attempt, epoch,
-    diverged, finished markers) are not updates and are skipped; records without "kind" count as steps.
-    Every dict-valued field of a step is taken as per-layer gradient norms (generic: nested dicts and
-    per-layer lists are flattened; the exact key names come from the training stage). A resumed run logs
-    some updates twice (once per attempt): the last attempt's record wins. Corrupt lines are skipped
-    and listed in ``problems`` (a killed writer may leave a partial last line)."""
+def train_logs(results: Results) -> TrainLog:
+    """Every selected run's training log as tables. Every dict-valued field of a step record is taken as
+    per-layer gradient norms (generic: nested dicts and per-layer lists are flattened; the exact key names
+    come from the training stage); top-level lists (``lrs``) are not layers."""
     curve_rows: list[dict[str, Any]] = []
     layer_rows: list[tuple] = []
-    problems: list[str] = []
-    for run, seed, rd in _run_seeds(exp_dir, experiment):
-        path = rd / "train.jsonl"
-        if not path.exists():
-            continue
-        recs: dict[int, dict[str, Any]] = {}
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                    if isinstance(rec, dict) and rec.get("kind", "step") != "step":
-                        continue
-                    upd = int(rec["update"])
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    problems.append(f"{path}:{i}: not a JSON record with an 'update'")
-                    continue
-                recs[upd] = rec  # later attempts overwrite earlier ones
-        for upd in sorted(recs):
-            rec = recs[upd]
-            row = {"run": run, "seed": seed, "update": upd, "epoch": _num(rec.get("epoch"))}
+    for sr in results.seeds:
+        for upd, rec in sr.steps.items():
+            row = {"run": sr.run, "seed": sr.seed, "update": upd, "epoch": _num(rec.get("epoch"))}
             for k in TRAIN_SCALARS:
                 row[k] = _num(rec.get(k))
             curve_rows.append(row)
             for k, v in rec.items():
-                if isinstance(v, dict):  # top-level lists (e.g. "lrs", per-update lrs) are not layers
+                if isinstance(v, dict):
                     for key, val in _flatten_numeric(v).items():
                         stack, layer, sub = parse_layer_key(key)
-                        layer_rows.append((run, seed, upd, row["epoch"], key, stack, layer, sub, val))
+                        layer_rows.append((sr.run, sr.seed, upd, row["epoch"], key, stack, layer, sub, val))
     curves = pd.DataFrame(curve_rows, columns=["run", "seed", "update", "epoch", *TRAIN_SCALARS])
     layers = pd.DataFrame(layer_rows, columns=["run", "seed", "update", "epoch", "key", "stack", "layer",
                                                "sublayer", "grad_norm"])
-    return TrainLog(curves=curves, layers=layers, problems=problems)
+    return TrainLog(curves=curves, layers=layers, problems=results.problems)
+
+
+def learning_rates(results: Results) -> pd.DataFrame:
+    """Every update's learning rate per selected run and seed (run, seed, update, lr), from train.jsonl's
+    ``lrs`` (a resumed run's repeated updates: the last attempt's)."""
+    rows = [(sr.run, sr.seed, u, lr) for sr in results.seeds for u, lr in sr.lrs.items()]
+    return pd.DataFrame(rows, columns=["run", "seed", "update", "lr"])
 
 
 def early_window(epochs: pd.DataFrame) -> int:
@@ -464,17 +422,21 @@ def layer_grad_by_epoch(layers: pd.DataFrame) -> pd.DataFrame:
 # everything at once
 
 
-@dataclass
+@dataclass(frozen=True)
 class Aggregate:
-    """All tables of one experiment; ``write_tables`` puts them in report/tables/."""
+    """Every per-run table of one experiment, each computed once (``lnrepro.analysis.build`` lists which are
+    written to report/tables/)."""
 
     epochs: pd.DataFrame          # per (run, seed, epoch)
     run_epochs: pd.DataFrame      # per (run, epoch), over seeds
+    summaries: pd.DataFrame       # per (run, seed) with a summary.json
+    execution: dict[str, dict[str, Any]]  # per run: where its seeds ran (execution_facts)
     divergence: pd.DataFrame      # per run
     wallclock: pd.DataFrame       # per (run, seed)
     milestones: pd.DataFrame      # per run
     plateau: pd.DataFrame         # per run
     curves: pd.DataFrame          # per (run, seed, logged update)
+    lrs: pd.DataFrame             # per (run, seed, update): every update's learning rate
     layers: pd.DataFrame          # per (run, seed, logged update, layer key) (not written: can be large)
     layers_early: pd.DataFrame    # per (run, seed, layer key), over the early window
     layers_by_epoch: pd.DataFrame  # per (run, seed, epoch, layer key)
@@ -482,55 +444,23 @@ class Aggregate:
     split: str
     problems: list[str]
 
-    def tables(self) -> dict[str, pd.DataFrame]:
-        return {
-            "epochs": self.epochs, "run_epochs": self.run_epochs, "divergence": self.divergence,
-            "wallclock": self.wallclock, "milestones": self.milestones, "plateau": self.plateau,
-            "train_curves": self.curves,
-            "grad_norms_early": self.layers_early, "grad_norms_by_epoch": self.layers_by_epoch,
-        }
 
-
-def aggregate(exp_dir: Path, experiment: Experiment) -> Aggregate:
-    """Read the whole results tree of one experiment into tables."""
-    exp_dir = Path(exp_dir)
-    epochs = epoch_table(exp_dir, experiment)
+def aggregate(results: Results, experiment: Experiment) -> Aggregate:
+    """The per-run tables of the results tree ``results`` (read once by ``results.read_results``)."""
+    epochs = epoch_table(results, experiment)
     run_epochs = run_epoch_table(epochs)
-    log = read_train_logs(exp_dir, experiment)
+    log = train_logs(results)
     early = early_window(epochs)
     split = primary_split(experiment)
     return Aggregate(
-        epochs=epochs, run_epochs=run_epochs,
-        divergence=divergence_table(exp_dir, experiment, epochs),
-        wallclock=wallclock_table(exp_dir, experiment, epochs, log.curves),
+        epochs=epochs, run_epochs=run_epochs, summaries=summary_table(results),
+        execution=execution_facts(results, experiment),
+        divergence=divergence_table(results, experiment, epochs),
+        wallclock=wallclock_table(results, epochs, log.curves),
         milestones=milestone_table(run_epochs, split),
         plateau=plateau_table(run_epochs, split),
-        curves=log.curves, layers=log.layers,
+        curves=log.curves, lrs=learning_rates(results), layers=log.layers,
         layers_early=layer_grad_summary(log.layers, early),
         layers_by_epoch=layer_grad_by_epoch(log.layers),
         early_updates=early, split=split, problems=log.problems,
     )
-
-
-def to_csv_text(df: pd.DataFrame) -> str:
-    """CSV text with a fixed float format, so reruns on the same results give the same bytes."""
-    buf = io.StringIO()
-    df.to_csv(buf, index=False, float_format="%.6g", lineterminator="\n")
-    return buf.getvalue()
-
-
-def write_csv(df: pd.DataFrame, path: Path) -> Path:
-    atomic_write_text(path, to_csv_text(df))
-    return Path(path)
-
-
-def write_tables(agg: Aggregate, tables_dir: Path) -> dict[str, Path]:
-    """Write every table as ``tables_dir/{name}.csv`` atomically; returns name -> path."""
-    return {name: write_csv(df, Path(tables_dir) / f"{name}.csv") for name, df in agg.tables().items()}
-
-
-__all__ = [
-    "Aggregate", "aggregate", "epoch_table", "run_epoch_table", "divergence_table", "wallclock_table",
-    "milestone_table", "plateau_table", "summary_table", "read_train_logs", "parse_layer_key", "layer_grad_summary", "write_tables", "write_csv",
-    "to_csv_text", "primary_split",
-]

@@ -23,8 +23,11 @@ import numpy as np
 import pandas as pd
 
 from ..config.settings import ReportSettings
+from ..records import RunStatus
 
-OK, DIVERGED, STOPPED, NOT_REACHED, MISSING = "ok", "diverged", "stopped", "not reached", "missing"
+# A seed's outcome at a budget: a checkpoint's status (lnrepro.records.RunStatus), or the budget's own.
+OK, DIVERGED, STOPPED = RunStatus.OK.value, RunStatus.DIVERGED.value, RunStatus.STOPPED.value
+NOT_REACHED, MISSING = "not reached", "missing"
 FAILED = (DIVERGED, STOPPED)
 TO_TARGET = ("epochs_to_target", "wall_s_to_target")
 OBS_COLUMNS = ["run", "seed", "budget", "metric", "value", "outcome"]
@@ -41,9 +44,14 @@ class Budget:
     wall_s: float | None = None
 
 
+def epoch_at(fraction: float, epochs: int) -> int:
+    """The epoch at ``fraction`` of the training, rounded half up, at least the first."""
+    return max(1, math.floor(fraction * epochs + 0.5))
+
+
 def three_quarters(epochs: int) -> int:
     """The epoch at three quarters of the training, rounded half up (15 of 20, 5 of 6)."""
-    return max(1, math.floor(0.75 * epochs + 0.5))
+    return epoch_at(0.75, epochs)
 
 
 def metric_columns(split: str) -> tuple[str, str]:
@@ -212,5 +220,5 @@ def budget_table(prog: pd.DataFrame, budget_list: Iterable[Budget], runs: Sequen
     return pd.DataFrame(rows)
 
 
-__all__ = ["Budget", "budgets", "scored_budgets", "observations", "cell_table", "failure_table", "budget_table", "mean_interval",
-           "best_bleu", "three_quarters", "metric_columns"]
+__all__ = ["Budget", "budgets", "scored_budgets", "observations", "cell_table", "failure_table", "budget_table",
+           "mean_interval", "best_bleu", "epoch_at", "three_quarters", "metric_columns"]

@@ -1,8 +1,8 @@
 """Each published claim against what this experiment measured (one job: the claims table and its sentences).
 
-The published numbers live in ``published.yaml`` beside this module, each with its source. A claim's
-``measure`` says how its value is computed from the report's tables (``MEASURES``); its status is one of
-``STATUSES``:
+The published numbers live in ``published.yaml`` beside this module, each with its source (loaded by
+``lnrepro.paper.published``). A claim's ``measure`` says how its value is computed from the report's tables
+(``MEASURES``); its status is one of ``STATUSES``:
 
 - not measured: no selected run is the claim's setup (or the stage that measures it has not run);
 - not measured at this scale: an absolute number where the dataset or model size is not the paper's (the
@@ -16,41 +16,25 @@ The published numbers live in ``published.yaml`` beside this module, each with i
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import pandas as pd
-import yaml
 
 from ..config.settings import Experiment
 from ..errors import LnReproError
 from ..norms import NORMS
+from ..paper import PUBLISHED, SIZE_KEYS, published
 from . import effects as ef
-from .budget import OK, mean_interval
+from .budget import OK, epoch_at, mean_interval
 from .tables import grid_of
 
-PUBLISHED = Path(__file__).with_name("published.yaml")
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 NOT_AT_SCALE, NOT_MEASURED = "not measured at this scale", "not measured"
 STATUSES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_AT_SCALE, NOT_MEASURED)
 CLAIM_COLUMNS = ["id", "claim", "source", "kind", "published", "measured", "ci_low", "ci_high", "n_seeds",
                  "measured_as", "scale", "status", "note"]
-SIZE_KEYS = ("encoder_layers", "decoder_layers", "d_model", "ffn_dim", "heads")
-
-
-@functools.cache
-def published() -> dict[str, Any]:
-    """published.yaml: ``paper`` (citation, scale, setup), ``figure4`` and ``claims``."""
-    with open(PUBLISHED, encoding="utf-8") as f:
-        data = yaml.safe_load(f)
-    for c in data["claims"]:
-        kind = c["measure"]["kind"]
-        if kind not in MEASURES:
-            raise LnReproError(f"{PUBLISHED}: claim {c['id']}: unknown measure kind {kind!r}")
-    return data
 
 
 @dataclass(frozen=True)
@@ -81,10 +65,14 @@ class Evidence:
     gradinit_fit: pd.DataFrame | None = None  # analysis/gradinit_fit.csv
 
 
+def norm_label(norm: str) -> str:
+    """A norm variant as the registry labels it ("Post-LN"); an unregistered one by its name."""
+    return NORMS[norm].label if norm in NORMS else norm
+
+
 def _levels(cell: Mapping[str, Any]) -> str:
     """A cell in words: "Post-LN, warm-up, isqrt decay"."""
-    norm = NORMS[cell["norm"]].label if cell["norm"] in NORMS else cell["norm"]
-    return f"{norm}, {'warm-up' if cell['warmup'] else 'no warm-up'}, {cell['decay']} decay"
+    return f"{norm_label(cell['norm'])}, {'warm-up' if cell['warmup'] else 'no warm-up'}, {cell['decay']} decay"
 
 
 def cell_runs(experiment: Experiment, cell: Mapping[str, Any]) -> list[str]:
@@ -171,7 +159,7 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     if not fast or not slow:
         return Measured(note=f"needs a selected run for {_levels(m['fast'])} and for {_levels(m['slow'])}")
     fast_run, slow_run = fast[0], slow[0]
-    k = max(1, math.floor(m["at"] * ev.experiment.epochs + 0.5))
+    k = epoch_at(m["at"], ev.experiment.epochs)
     scale, at_scale = scale_of(ev.experiment, fast_run)
     unscored = _unscored(ev, m["split"], k)
     if unscored:
@@ -300,7 +288,10 @@ def _published_text(c: Mapping[str, Any]) -> str:
 
 
 def measure(claim: Mapping[str, Any], ev: Evidence) -> Measured:
+    """The claim's measured value, by its ``measure`` kind (one of MEASURES)."""
     kind = claim["measure"]["kind"]
+    if kind not in MEASURES:
+        raise LnReproError(f"{PUBLISHED}: claim {claim['id']}: unknown measure kind {kind!r}")
     return MEASURES[kind](ev, claim["measure"])
 
 
@@ -315,6 +306,65 @@ def claims_table(ev: Evidence) -> pd.DataFrame:
                      "ci_high": m.ci_high, "n_seeds": m.n_seeds, "measured_as": m.measured_as, "scale": m.scale,
                      "status": status(c, m), "note": note})
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+# --- Figure 4's published points, as the figure draws them
+
+
+def figure4_runs(experiment: Experiment) -> list[str]:
+    """The paper's two runs: those of the ``figure4`` comparison (config comparisons.figure4.runs) that are
+    selected; none without that comparison."""
+    comparison = experiment.comparisons.get("figure4")
+    return [r for r in comparison.runs if r in experiment.runs] if comparison else []
+
+
+@dataclass(frozen=True)
+class PaperMark:
+    """A published Figure-4 point of one run: ``value`` at ``epoch`` (± ``tolerance``), or, with value None, a
+    checkpoint the paper names (drawn as a vertical line)."""
+
+    run: str
+    metric: str  # loss_base2 | bleu_tok
+    epoch: float
+    value: float | None
+    tolerance: float
+    text: str  # legend entry ("" for the second line of a pair)
+
+
+def paper_marks(experiment: Experiment, runs: list[str], split: str) -> tuple[list[PaperMark], str]:
+    """The paper's Figure-4 points for ``runs`` (the claims of published.yaml whose source is Figure 4): each
+    absolute number as its value at the last epoch, the epoch-ratio claim as the two checkpoints it compares.
+    Only at the paper's dataset and model size (``claims.scale_of``); elsewhere none, and the note says why."""
+    if not runs:
+        return [], ""
+    off = [text for text, at_scale in (scale_of(experiment, r) for r in runs) if not at_scale]
+    paper = published()
+    if off:
+        scale = paper["paper"]["scale"]
+        size = ", ".join(f"{k} {v}" for k, v in scale["model"].items())
+        return [], f"paper's points not shown: {off[0]} differs from the paper's {scale['dataset']} ({size})"
+    last, marks = experiment.epochs, []
+    label = {r: norm_label(experiment.runs[r].model.norm) for r in runs}
+    for claim in paper["claims"]:
+        m = claim["measure"]
+        if not claim["source"].startswith("Figure 4") or m.get("split") != split:
+            continue
+        if m["kind"] == "cell" and claim["kind"] == "absolute":
+            for run in [r for r in cell_runs(experiment, m["cell"]) if r in runs][:1]:
+                tol = float(claim.get("tolerance", 0.0))
+                marks.append(PaperMark(run, m["metric"], last, float(claim["published"]), tol,
+                                       f"paper, {label[run]}: about {claim['published']} at the end (± {tol:g})"))
+        elif m["kind"] == "epoch_ratio":
+            fast = [r for r in cell_runs(experiment, m["fast"]) if r in runs][:1]
+            slow = [r for r in cell_runs(experiment, m["slow"]) if r in runs][:1]
+            if fast and slow:
+                k = epoch_at(m["at"], last)  # as the claim is measured
+                k_fast = float(claim["published"]) * k
+                marks += [PaperMark(fast[0], "bleu_tok", k_fast, None, 0.0,
+                                    f"paper: {label[fast[0]]}'s checkpoint {k_fast:g} as good as "
+                                    f"{label[slow[0]]}'s {k} (dotted)"),
+                          PaperMark(slow[0], "bleu_tok", k, None, 0.0, "")]
+    return marks, ""
 
 
 def fmt(v: float) -> str:

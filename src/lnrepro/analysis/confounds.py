@@ -1,9 +1,9 @@
 """Which variables each comparison changes besides the one it studies (one job: confound detection).
 
-A comparison (config ``comparisons``) names runs and the factor it studies. Its runs' resolved configs
-(experiment.json ``runs``) are flattened to dotted keys ("schedule.warmup"); every key whose value differs
+A comparison (config ``comparisons``) names runs and the factor it studies. Its runs' resolved settings
+(``Experiment.runs``) are flattened to dotted keys ("schedule.warmup"); every key whose value differs
 between the runs is either the studied factor's key or a confound, unless it is inert in one of the runs (a
-setting its schedule does not read, ``lnrepro.train.schedule.inert_settings``): then the switch that turns
+setting its schedule does not read, ``lnrepro.config.settings.inert_settings``): then the switch that turns
 it on is what differs. Where the runs ran (``execution``: seeds trained, device, precision, torch version,
 threads) confounds a comparison too when it differs. Figure 4 of Xiong et al. changes the norm position AND
 the schedule (warm-up, decay): the table says so, and names the controlled comparisons that separate them.
@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from ..config.settings import FACTOR_KEYS
+from ..config.settings import FACTOR_KEYS, Comparison, Experiment, RunSettings, inert_settings
 from ..errors import LnReproError
 from ..io import atomic_write_text
-from ..train.schedule import inert_settings
 
 # Top-level keys that identify a run rather than configure it.
 IDENTITY_KEYS = {"run", "seed", "name"}
@@ -127,11 +126,12 @@ def _seed_notes(runs: list[str], execution: dict[str, dict[str, Any]]) -> list[s
     return ["no seed trained yet"] if fewest == 0 else ["no spread: one seed"] if fewest == 1 else []
 
 
-def _compare(res: ComparisonResult, cfgs: list[dict[str, Any]], execution: dict[str, dict[str, Any]]) -> None:
-    """Fill in ``res``'s differences and verdict from its runs' configs and execution facts."""
+def _compare(res: ComparisonResult, settings: list[RunSettings], execution: dict[str, dict[str, Any]]) -> None:
+    """Fill in ``res``'s differences and verdict from its runs' settings and execution facts."""
     runs, fkey = res.runs, res.factor_key
+    cfgs = [s.to_dict() for s in settings]
     flat = [flatten(c) for c in cfgs]
-    inert = set().union(*(inert_settings(c["schedule"]) for c in cfgs))
+    inert = set().union(*(inert_settings(s.schedule) for s in settings))
     # a setting inert in any run cannot make the runs differ: the switch that turns it on does
     acting = [k for k in differing_keys(cfgs) if k not in inert]
     res.factor_values = {r: f.get(fkey) for r, f in zip(runs, flat)}
@@ -171,37 +171,26 @@ def _sentence(res: ComparisonResult, controlled: dict[str, list[str]]) -> str:
     return sentence + "."
 
 
-def analyze_confounds(experiment: dict[str, Any],
-                      execution: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Confound analysis of every comparison in ``experiment`` (experiment.json's dict, or
-    ``Experiment.to_dict()``: its tuples count as the JSON lists).
+def analyze_confounds(experiment: Experiment, execution: Mapping[str, dict[str, Any]] | None = None,
+                      extra: Mapping[str, Comparison] | None = None) -> dict[str, Any]:
+    """Confound analysis of every comparison of ``experiment``, then of ``extra`` (the tuned pairs).
 
     ``execution`` (optional; run -> {"seeds": [int], "device", "precision", "torch", "threads": str}, as
     ``aggregate.execution_facts`` reads them) adds the execution facts that differ as confounds; without it
     the seeds are the experiment's. Returns {"comparisons": [ComparisonResult as dict], "skipped": [names],
     "time_note": str}."""
-    runs_cfg = experiment.get("runs") or {}
-    selected = set(experiment.get("select") or [])
-    comps = experiment.get("comparisons") or {}
-    if not isinstance(comps, dict):
-        raise LnReproError("experiment.json: 'comparisons' must be a mapping name -> {runs, factor, claim}")
     if execution is None:  # nothing known of where they ran: every run has the experiment's seeds
-        execution = {r: {"seeds": list(experiment.get("seeds") or [])} for r in runs_cfg}
+        execution = {r: {"seeds": list(experiment.seeds)} for r in experiment.runs}
     results: list[ComparisonResult] = []
-    for name, comp in comps.items():
-        if not isinstance(comp, dict) or not isinstance(comp.get("runs"), (list, tuple)) or "factor" not in comp:
-            raise LnReproError(f"experiment.json: comparison '{name}' needs 'runs' (a list) and 'factor'")
-        runs = [str(r) for r in comp["runs"]]
-        factor = str(comp["factor"])
-        res = ComparisonResult(name=name, runs=runs, factor=factor, factor_key=factor_key(factor),
-                               claim=str(comp.get("claim", "")), verdict="skipped")
-        not_sel = [r for r in runs if r not in selected]
-        no_cfg = [r for r in runs if r in selected and r not in runs_cfg]
-        if not_sel or no_cfg or len(runs) < 2:
-            res.reason = ("runs not selected: " + ", ".join(not_sel) if not_sel else
-                          "no resolved config for: " + ", ".join(no_cfg) if no_cfg else "fewer than two runs")
+    for name, comp in {**experiment.comparisons, **(extra or {})}.items():
+        runs = list(comp.runs)
+        res = ComparisonResult(name=name, runs=runs, factor=comp.factor, factor_key=factor_key(comp.factor),
+                               claim=comp.claim, verdict="skipped")
+        not_sel = [r for r in runs if r not in experiment.select]
+        if not_sel or len(runs) < 2:
+            res.reason = "runs not selected: " + ", ".join(not_sel) if not_sel else "fewer than two runs"
         else:
-            _compare(res, [runs_cfg[r] for r in runs], execution)
+            _compare(res, [experiment.runs[r] for r in runs], dict(execution))
         results.append(res)
     controlled: dict[str, list[str]] = {}
     for r in results:
@@ -258,9 +247,7 @@ def confounds_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_confounds(experiment: dict[str, Any], out_md: Path,
-                    execution: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Analyze and write ``out_md`` (report/confounds.md) atomically; returns the structured result."""
-    result = analyze_confounds(experiment, execution)
+def write_confounds(result: dict[str, Any], out_md: Path) -> Path:
+    """Write ``analyze_confounds``'s ``result`` as ``out_md`` (report/confounds.md) atomically."""
     atomic_write_text(out_md, confounds_markdown(result))
-    return result
+    return Path(out_md)

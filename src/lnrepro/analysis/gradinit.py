@@ -46,8 +46,8 @@ import pandas as pd
 
 from ..config import GradinitConfig, ModelSettings
 from ..errors import LnReproError
+from ..io import atomic_write_csv
 from ..norms import NORMS
-from .aggregate import to_csv_text
 
 # One row per model, weight matrix and statistic. ``checkpoint``: init | after_warmup; ``run``, ``epoch`` and
 # ``updates`` name the checkpoint of an after_warmup row (empty, 0, 0 at init).
@@ -230,13 +230,11 @@ class _Job:
 
 
 def _write(rows: list[dict[str, Any]], out_csv: Path) -> pd.DataFrame:
-    from ..io import atomic_write_text
-
     df = pd.DataFrame(rows, columns=CSV_COLUMNS)
     if not np.isfinite(df[["value", "noise"]].to_numpy(dtype=float)).all():
         # a non-finite gradient at init is a bug or a broken input, not a result to plot
         raise LnReproError("gradinit: non-finite gradient statistic")
-    atomic_write_text(out_csv, to_csv_text(df))
+    atomic_write_csv(out_csv, df)
     return df
 
 

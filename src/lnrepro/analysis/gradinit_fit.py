@@ -1,4 +1,5 @@
-"""Figure 3(c)'s fit, and the views of gradinit.csv that the fit, the figures and the report share (torch-free).
+"""Figure 3(c)'s fit, and the views of gradinit.csv that the fit, the figures and the report share (torch-free):
+the report's tables of it (``layer_table``, ``depth_table``) are computed here too.
 
 The fit: the last layer's expected gradient against depth, value ~ c * L^b, a straight line on log-log axes
 fitted by ordinary least squares over every (depth, seed) value; the 95% interval of b is the OLS t interval
@@ -16,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..norms import NORMS
-from .aggregate import write_csv
+from ..io import atomic_write_csv
 
 FIT_COLUMNS = ["norm", "stack", "layer", "param", "statistic", "b", "b_low", "b_high", "c", "depths", "seeds", "n",
                "theory_b", "interval"]
@@ -91,8 +92,55 @@ def headline(fit: pd.DataFrame) -> pd.DataFrame:
     return fit[mask]
 
 
+def series_order(gi: pd.DataFrame) -> list[str]:
+    """The gradinit series in figure order: the variants at init (in NORMS order), then after warm-up."""
+    rank = {n: i for i, n in enumerate(NORMS)}
+    pairs = sorted(set(map(tuple, gi[["norm", "checkpoint"]].values)),
+                   key=lambda p: (p[1] != "init", rank.get(p[0], len(rank)), p[0]))
+    return [series_label(n, c) for n, c in pairs]
+
+
+def layer_table(gi: pd.DataFrame, depth: int) -> pd.DataFrame:
+    """tables/gradinit_summary.csv: at ``depth`` layers, each weight matrix's expected gradient averaged over
+    seeds: one column per series, the first variant's ratio to each other one at init ("Post-LN/Pre-LN"), and
+    the largest seed-mean noise of the row's values (a difference below it is not a result)."""
+    keys = ["stack", "layer", "sublayer", "param"]
+    g = gi[(gi["statistic"] == "expected_grad_fro") & (gi["depth"] == depth)]
+    g = g.assign(series=[series_label(n, c) for n, c in zip(g["norm"], g["checkpoint"])])
+    means = g.groupby([*keys, "series"])[["value", "noise"]].mean()
+    piv = means["value"].unstack("series")
+    series = [s for s in series_order(g) if s in piv.columns]
+    piv = piv[series]
+    inits = [series_label(n, "init") for n in NORMS if series_label(n, "init") in series]
+    for other in inits[1:]:
+        piv[f"{inits[0]}/{other}"] = piv[inits[0]] / piv[other]
+    piv["noise (max)"] = means["noise"].unstack("series").max(axis=1)
+    piv = piv.reset_index()
+    piv.columns.name = None
+    order = {"enc": 0, "dec": 1}
+    return piv.sort_values(keys, key=lambda s: s.map(order) if s.name == "stack" else s)
+
+
+def depth_table(gi: pd.DataFrame) -> pd.DataFrame:
+    """tables/gradinit_by_depth.csv, Figure 3(c) as a table: per depth and variant at init, the last decoder
+    layer's W^2 expected gradient (seed mean, seed standard deviation, mean noise) and the per-batch mean of
+    norms beside it."""
+    last = last_layer(init_rows(gi))
+    last = last[(last["stack"] == HEADLINE["stack"]) & (last["param"] == HEADLINE["param"])]
+    out = pd.DataFrame({"depth": sorted(last["depth"].unique())}).set_index("depth")
+    for norm in [n for n in NORMS if n in set(last["norm"])]:
+        g = last[last["norm"] == norm]
+        e = g[g["statistic"] == HEADLINE["statistic"]].groupby("depth")
+        label = series_label(norm, "init")
+        out[label] = e["value"].mean()
+        out[f"{label} seed sd"] = e["value"].std()
+        out[f"{label} noise"] = e["noise"].mean()
+        out[f"{label} mean_grad_norm"] = g[g["statistic"] == "mean_grad_norm"].groupby("depth")["value"].mean()
+    return out.reset_index()
+
+
 def write_fit(gi: pd.DataFrame, path: Path) -> pd.DataFrame:
     """``fit_depths`` of gradinit.csv's table, written to ``path`` (gradinit_fit.csv)."""
     fit = fit_depths(gi)
-    write_csv(fit, Path(path))
+    atomic_write_csv(path, fit)
     return fit

@@ -1,4 +1,4 @@
-"""The report's figures (one job: draw PNGs from the aggregate and study tables; matplotlib, Agg backend).
+"""The report's figures (one job: draw PNGs from the builder's tables, ``build.ReportData``; matplotlib, Agg backend).
 
 Every figure is rendered to bytes and written atomically into report/figures/. Runs keep one colour in
 every figure (their position in ``select``); the line style follows the run's ``model.norm`` (Post-LN solid,
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +27,13 @@ from ..config.settings import Experiment  # noqa: E402
 from ..io import atomic_write_bytes  # noqa: E402
 from ..norms import NORMS  # noqa: E402
 from . import FIGURES  # noqa: E402
-from .claims import cell_runs, published, scale_of  # noqa: E402
+from .budget import DIVERGED, OK  # noqa: E402
+from .claims import PaperMark, norm_label  # noqa: E402
 from .effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
-from .gradinit_fit import HEADLINE, figure_depth, headline, init_rows, last_layer, series_label  # noqa: E402
+from .gradinit_fit import HEADLINE, headline, init_rows, last_layer, series_label  # noqa: E402
 
 if TYPE_CHECKING:
-    from .study import Study
+    from .build import ReportData
 
 # File names of the figures (workflow/report/<stem>.rst holds each caption).
 
@@ -112,7 +112,7 @@ def _curves(ax: plt.Axes, run_epochs: pd.DataFrame, runs: list[str], col: str, x
         ax.plot(scored[x], scored[f"{col}_mean"], marker="o", markersize=3, label=_label(run, g), **st)
         ax.fill_between(scored[x], scored[f"{col}_min"], scored[f"{col}_max"], color=st.get("color"), alpha=0.15,
                         linewidth=0)
-        div = g[g["status"] == "diverged"]
+        div = g[g["status"] == DIVERGED]
         if len(div) and x == "epoch":
             ax.plot([div["epoch"].iloc[0]], [0], marker="x", color=st.get("color"), markersize=9,
                     transform=ax.get_xaxis_transform(), clip_on=False)
@@ -124,62 +124,6 @@ def _curves(ax: plt.Axes, run_epochs: pd.DataFrame, runs: list[str], col: str, x
     ax.set_xlabel(_X_LABELS[x])
     ax.grid(alpha=0.3)
     return drawn
-
-
-def figure4_runs(experiment: Experiment) -> list[str]:
-    """The paper's two runs: those of the ``figure4`` comparison (config comparisons.figure4.runs) that are
-    selected; none without that comparison."""
-    comparison = experiment.comparisons.get("figure4")
-    return [r for r in comparison.runs if r in experiment.runs] if comparison else []
-
-
-@dataclass(frozen=True)
-class PaperMark:
-    """A published Figure-4 point of one run: ``value`` at ``epoch`` (± ``tolerance``), or, with value None, a
-    checkpoint the paper names (drawn as a vertical line)."""
-
-    run: str
-    metric: str  # loss_base2 | bleu_tok
-    epoch: float
-    value: float | None
-    tolerance: float
-    text: str  # legend entry ("" for the second line of a pair)
-
-
-def paper_marks(experiment: Experiment, runs: list[str], split: str) -> tuple[list[PaperMark], str]:
-    """The paper's Figure-4 points for ``runs`` (the claims of published.yaml whose source is Figure 4): each
-    absolute number as its value at the last epoch, the epoch-ratio claim as the two checkpoints it compares.
-    Only at the paper's dataset and model size (``claims.scale_of``); elsewhere none, and the note says why."""
-    if not runs:
-        return [], ""
-    off = [text for text, at_scale in (scale_of(experiment, r) for r in runs) if not at_scale]
-    paper = published()
-    if off:
-        scale = paper["paper"]["scale"]
-        size = ", ".join(f"{k} {v}" for k, v in scale["model"].items())
-        return [], f"paper's points not shown: {off[0]} differs from the paper's {scale['dataset']} ({size})"
-    last, marks = experiment.epochs, []
-    label = {r: _norm_label(experiment.runs[r].model.norm) for r in runs}
-    for claim in paper["claims"]:
-        m = claim["measure"]
-        if not claim["source"].startswith("Figure 4") or m.get("split") != split:
-            continue
-        if m["kind"] == "cell" and claim["kind"] == "absolute":
-            for run in [r for r in cell_runs(experiment, m["cell"]) if r in runs][:1]:
-                tol = float(claim.get("tolerance", 0.0))
-                marks.append(PaperMark(run, m["metric"], last, float(claim["published"]), tol,
-                                       f"paper, {label[run]}: about {claim['published']} at the end (± {tol:g})"))
-        elif m["kind"] == "epoch_ratio":
-            fast = [r for r in cell_runs(experiment, m["fast"]) if r in runs][:1]
-            slow = [r for r in cell_runs(experiment, m["slow"]) if r in runs][:1]
-            if fast and slow:
-                k = max(1, math.floor(m["at"] * last + 0.5))  # as claims.py measures it: at x the epochs
-                k_fast = float(claim["published"]) * k
-                marks += [PaperMark(fast[0], "bleu_tok", k_fast, None, 0.0,
-                                    f"paper: {label[fast[0]]}'s checkpoint {k_fast:g} as good as "
-                                    f"{label[slow[0]]}'s {k} (dotted)"),
-                          PaperMark(slow[0], "bleu_tok", k, None, 0.0, "")]
-    return marks, ""
 
 
 def _draw_mark(ax: plt.Axes, mark: PaperMark, styles: dict[str, dict[str, Any]], dodge: float) -> None:
@@ -262,14 +206,9 @@ def _level(factor: str, code: int) -> Any:
     return LEVELS[factor][0 if code < 0 else 1]
 
 
-def _norm_label(norm: str) -> str:
-    """A norm variant as the registry labels it ("Post-LN"); an unregistered one by its name."""
-    return NORMS[norm].label if norm in NORMS else norm
-
-
 def _cell_label(cell: Any) -> str:
     """A design row as a three-line tick label: "Post-LN / warm-up / isqrt"."""
-    return "\n".join([_norm_label(_level("norm", cell.norm)),
+    return "\n".join([norm_label(_level("norm", cell.norm)),
                       "warm-up" if _level("warmup", cell.warmup) else "no warm-up", _level("decay", cell.decay)])
 
 
@@ -293,9 +232,9 @@ def plot_cells(obs: pd.DataFrame, cells: pd.DataFrame, design: pd.DataFrame, bud
         o, c = _at(obs, budget, f"{split}_{metric}"), _at(cells, budget, f"{split}_{metric}").set_index("run")
         for i, cell in enumerate(design.itertuples()):
             color = norm_style(_level("norm", cell.norm))["color"]
-            ok = o[(o["run"] == cell.run) & (o["outcome"] == "ok")]["value"].dropna()
+            ok = o[(o["run"] == cell.run) & (o["outcome"] == OK)]["value"].dropna()
             ax.scatter(i + np.linspace(-0.15, 0.15, len(ok)) if len(ok) > 1 else [i] * len(ok), ok, s=22,
-                       color=color, alpha=0.6, zorder=3, label=f"{_norm_label(_level('norm', cell.norm))} seed")
+                       color=color, alpha=0.6, zorder=3, label=f"{norm_label(_level('norm', cell.norm))} seed")
             if cell.run in c.index and c.loc[cell.run, "n"] > 0:
                 _interval(ax, i + 0.3, c.loc[cell.run], fmt="D", markersize=5, color="black",
                           label="cell mean, 95% t interval")
@@ -359,7 +298,7 @@ def plot_interaction(cells: pd.DataFrame, design: pd.DataFrame, budget: str, spl
             for norm in (-1, 1):
                 sub = design[(design["norm"] == norm) & (design["decay"] == decay)].sort_values("warmup")
                 sub = sub[sub["run"].isin(c.index)]
-                st, label = norm_style(_level("norm", norm)), _norm_label(_level("norm", norm))
+                st, label = norm_style(_level("norm", norm)), norm_label(_level("norm", norm))
                 xs = [0 if w < 0 else 1 for w in sub["warmup"]]
                 ax.plot(xs, [c.loc[r, "mean"] for r in sub["run"]], marker="o", label=label, **st)
                 for x, run in zip(xs, sub["run"]):
@@ -539,21 +478,17 @@ def plot_gradinit_depth(gradinit: pd.DataFrame, fit: pd.DataFrame | None, out: P
     return _save(fig, out)
 
 
-def make_figures(agg: Any, experiment: Experiment, fig_dir: Path, gradinit: pd.DataFrame | None = None,
-                 gradinit_fit: pd.DataFrame | None = None, *, study: Study, lrs: pd.DataFrame) -> dict[str, Path]:
-    """Draw every figure the report links; returns key -> path (keys of FIGURES). ``study`` is the report's
-    analysis (lnrepro.analysis.study), ``lrs`` every update's learning rate (run, seed, update, lr)."""
-    fig_dir = Path(fig_dir)
+def make_figures(data: ReportData, fig_dir: Path) -> dict[str, Path]:
+    """Draw every figure the report links from the builder's tables; returns key -> path (keys of FIGURES)."""
+    fig_dir, experiment, agg, s = Path(fig_dir), data.experiment, data.agg, data.study
     styles = run_styles(list(experiment.select), experiment)
-    split, s = agg.split, study
-    pair = figure4_runs(experiment)
-    marks, note = paper_marks(experiment, pair, split)
+    split, pair = agg.split, data.figure4_runs
     out = {
-        "figure4": plot_figure4(agg.run_epochs, pair, split, fig_dir / FIGURES["figure4"], marks=marks, note=note,
-                                styles=styles),
+        "figure4": plot_figure4(agg.run_epochs, pair, split, fig_dir / FIGURES["figure4"], marks=data.marks,
+                                note=data.marks_note, styles=styles),
         "figure4_time": plot_figure4_time(agg.run_epochs, pair, split, fig_dir / FIGURES["figure4_time"],
                                           styles=styles),
-        "lr": plot_learning_rates(lrs, fig_dir / FIGURES["lr"], styles=styles),
+        "lr": plot_learning_rates(agg.lrs, fig_dir / FIGURES["lr"], styles=styles),
         "cells": plot_cells(s.observations, s.cells, s.design, s.last, split, fig_dir / FIGURES["cells"]),
         "effects": plot_effects(s.effects, s.last, split, fig_dir / FIGURES["effects"]),
         "interaction": plot_interaction(s.cells, s.design, s.last, split, fig_dir / FIGURES["interaction"]),
@@ -562,8 +497,8 @@ def make_figures(agg: Any, experiment: Experiment, fig_dir: Path, gradinit: pd.D
                                         title=f"mean gradient norm per layer over the first {agg.early_updates} updates"),
         "grad_total": plot_total_grad(agg.curves, agg.early_updates, fig_dir / FIGURES["grad_total"], styles=styles),
     }
-    if gradinit is not None and len(init_rows(gradinit)):
-        depth = figure_depth(gradinit, experiment.model.decoder_layers)
-        out["gradinit"] = plot_gradinit(gradinit, fig_dir / FIGURES["gradinit"], depth)
-        out["gradinit_depth"] = plot_gradinit_depth(gradinit, gradinit_fit, fig_dir / FIGURES["gradinit_depth"])
+    gi = data.gradinit
+    if gi is not None and len(init_rows(gi)):
+        out["gradinit"] = plot_gradinit(gi, fig_dir / FIGURES["gradinit"], data.gradinit_depth)
+        out["gradinit_depth"] = plot_gradinit_depth(gi, data.gradinit_fit, fig_dir / FIGURES["gradinit_depth"])
     return out

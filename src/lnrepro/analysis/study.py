@@ -1,15 +1,15 @@
 """Everything the report's data, effects, tuned-baseline and claims sections read, computed once from the
-aggregate (one job: wire tables.py, budget.py, effects.py, tuned.py and claims.py together)."""
+aggregate (one job: wire tables.py, budget.py, effects.py, tuned.py and claims.py together; which of its tables
+are written is ``lnrepro.analysis.build``'s list)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from ..config.settings import Experiment, ReportSettings
+from ..config.settings import Comparison, Experiment, ReportSettings
+from ..paper import published
 from . import aggregate as ag
 from . import budget as bu
 from . import claims as cl
@@ -41,22 +41,20 @@ class Study:
     grids: dict[str, pd.DataFrame]  # grid name -> its table
     best: dict[str, str]  # grid name -> its selected run
     tuned: pd.DataFrame
-    tuned_comparisons: dict[str, dict[str, Any]]  # for the confound analysis
+    tuned_comparisons: dict[str, Comparison]  # for the confound analysis
     claims: pd.DataFrame
     findings: list[str]
 
-    def tables(self) -> dict[str, pd.DataFrame]:
-        """The CSV files of tables/ this analysis adds."""
+    @property
+    def tuned_grids(self) -> pd.DataFrame:
+        """Every grid's table, one after the other, each row naming its grid."""
         grids = [g.assign(grid=name) for name, g in self.grids.items()]
-        return {"scores_long": self.scores_long, "runs": self.run_facts, "budgets": self.budget_table,
-                "cells": self.cells, "failures": self.failures, "effects": self.effects, "claims": self.claims,
-                "tuned_grids": pd.concat(grids, ignore_index=True) if grids else pd.DataFrame(columns=["grid", "run"]),
-                "tuned": self.tuned}
+        return pd.concat(grids, ignore_index=True) if grids else pd.DataFrame(columns=["grid", "run"])
 
 
 def _findings(claims: pd.DataFrame, fits: dict[tuple[str, str], ef.Fit], split: str, last: str) -> list[str]:
     """One sentence per claim, then Figure 4's difference split into the factors, per metric."""
-    fig = cl.published()["figure4"]
+    fig = published()["figure4"]
     out = [cl.claim_sentence(row) for row in claims.to_dict("records")]
     for metric in bu.metric_columns(split):
         f = fits.get((metric, last))
@@ -64,12 +62,12 @@ def _findings(claims: pd.DataFrame, fits: dict[tuple[str, str], ef.Fit], split: 
     return out
 
 
-def build(exp_dir: Path, experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | None = None,
+def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | None = None,
           gradinit_fit: pd.DataFrame | None = None) -> Study:
-    """The study of ``agg`` (aggregate.aggregate of ``exp_dir``); the gradient-at-initialization tables (None
-    when not computed) feed the claims of Theorem 1 and Figure 3."""
+    """The study of ``agg`` (aggregate.aggregate); the gradient-at-initialization tables (None when not
+    computed) feed the claims of Theorem 1 and Figure 3."""
     settings, split, epochs = experiment.analysis.report, agg.split, agg.epochs
-    prog = tb.progress(epochs, ag.summary_table(exp_dir, experiment), experiment)
+    prog = tb.progress(epochs, agg.summaries, experiment)
     # each split at the budgets its scored epochs allow; every split is scored at the last epoch (config check)
     scored = {sp: s.epochs for sp, s in experiment.eval.splits.items()}
     budget_list = bu.scored_budgets(bu.budgets(epochs, experiment.epochs, settings), scored[split], experiment.epochs)
@@ -92,7 +90,7 @@ def build(exp_dir: Path, experiment: Experiment, agg: ag.Aggregate, gradinit: pd
     return Study(
         settings=settings, split=split, last=last, target_bleu=target, budgets=budget_list,
         scores_long=tb.scores_long(epochs, prog, experiment.eval.splits),
-        run_facts=tb.run_facts(experiment, ag.execution_facts(exp_dir, experiment), agg.wallclock),
+        run_facts=tb.run_facts(experiment, agg.execution, agg.wallclock),
         budget_table=bu.budget_table(prog, budget_list, design["run"].tolist()),
         observations=obs, other_observations=other, cells=cells,
         failures=bu.failure_table(epochs, experiment.select, experiment.epochs, split, settings.bleu_floor),

@@ -28,7 +28,7 @@ LONG_COLUMNS = ["run", "seed", "epoch", "split", "metric", "value"]
 def _status(row: Any, diverged_update: float) -> str:
     """ok / diverged at update N / stopped, else the epoch table's status (not evaluated, missing)."""
     if row.status == ag.STATUS_DIVERGED:
-        return "diverged" if math.isnan(diverged_update) else f"diverged at update {int(diverged_update)}"
+        return row.status if math.isnan(diverged_update) else f"{row.status} at update {int(diverged_update)}"
     return str(row.status)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from ..config.settings import Experiment
+from ..config.settings import Comparison, Experiment
 from .budget import LEVEL, OK
 from .tables import setting_cell
 
@@ -73,16 +73,17 @@ def tuned_pairs(experiment: Experiment) -> list[TunedPair]:
     return pairs
 
 
-def tuned_comparisons(experiment: Experiment, pairs: Sequence[TunedPair], best: Mapping[str, str]) -> dict[str, dict]:
-    """The tuned pairs as comparisons for the confound analysis (experiment.json's shape)."""
+def tuned_comparisons(experiment: Experiment, pairs: Sequence[TunedPair], best: Mapping[str, str]
+                      ) -> dict[str, Comparison]:
+    """The tuned pairs as comparisons of their own for the confound analysis (``{comparison}_tuned``)."""
     out = {}
     for p in pairs:
         if p.grid_a in best and p.grid_b in best:
             comp = experiment.comparisons[p.comparison]
-            out[f"{p.comparison}_tuned"] = {
-                "runs": [best[p.grid_a], best[p.grid_b]], "factor": comp.factor,
-                "claim": f"tuned against tuned ({p.grid_a} vs {p.grid_b}, each grid's best by validation loss): "
-                         f"{comp.claim}"}
+            out[f"{p.comparison}_tuned"] = Comparison(
+                runs=(best[p.grid_a], best[p.grid_b]), factor=comp.factor,
+                claim=f"tuned against tuned ({p.grid_a} vs {p.grid_b}, each grid's best by validation loss): "
+                      f"{comp.claim}")
     return out
 
 

@@ -36,6 +36,8 @@ from .settings import (
     ScheduleSettings,
     Section,
     TrainSettings,
+    inert_settings,
+    used_settings,
 )
 from ..errors import LnReproError
 
@@ -45,4 +47,5 @@ __all__ = [
     "ModelSettings", "OptimSettings", "Resources", "RunConfig", "RunSettings", "ScheduleSettings", "Section",
     "TrainSettings", "check_semantics", "data_settings", "dataset_section", "deep_merge", "eval_settings",
     "experiment", "grid_runs", "load_config", "load_schema", "resolve_run", "resources", "validate_config",
+    "inert_settings", "used_settings",
 ]

@@ -319,8 +319,6 @@ def eval_settings(config: dict) -> EvalSettings:
 
 def experiment(config: dict) -> Experiment:
     """The resolved, typed experiment (what experiment.json holds)."""
-    from ..deviations import DEVIATIONS
-
     select = selected_runs(config)
     return Experiment(
         name=config["name"],
@@ -336,7 +334,6 @@ def experiment(config: dict) -> Experiment:
         grids=_grid_settings(config, select),
         notes=config.get("notes", ""),
         scaling=config.get("scaling"),
-        deviations=tuple(DEVIATIONS),
     )
 
 

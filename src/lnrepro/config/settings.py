@@ -23,6 +23,18 @@ T = TypeVar("T", bound="Section")
 # The config key each studied factor of the factorial design varies.
 FACTOR_KEYS: dict[str, str] = {"norm": "model.norm", "warmup": "schedule.warmup", "decay": "schedule.decay"}
 
+# Which schedule settings ``lnrepro.train.schedule.lr_at`` reads, by switch: declared once, here, beside the section
+# they belong to. A setting the run's switches do not list cannot act (it is inert): a run's config.json leaves
+# it out and the confound analysis ignores its differences. A new decay declares its settings here.
+SWITCHES: frozenset[str] = frozenset({"warmup", "decay"})
+WARMUP_SETTINGS: frozenset[str] = frozenset({"warmup_updates"})
+DECAY_SETTINGS: dict[str, frozenset[str]] = {
+    "isqrt": frozenset({"anchor_updates"}),
+    "step": frozenset({"decay_epochs", "decay_factor"}),
+    "constant": frozenset(),
+}
+_SWITCHED = WARMUP_SETTINGS.union(*DECAY_SETTINGS.values())
+
 
 def _convert(tp: Any, value: Any, where: str) -> Any:
     """``value`` as the annotated type ``tp``: nested sections built, lists to tuples, mappings copied."""
@@ -127,7 +139,7 @@ class ScheduleSettings(Section):
 
     A setting the switches (``warmup``, ``decay``) leave unused may be None: a run's config.json drops them
     (``used_only``), so that changing one reruns no run that cannot feel it. Which settings each switch uses
-    is declared once, in ``lnrepro.train.schedule`` (imported in the methods: that module imports this one).
+    is declared once, above (``used_settings``).
     """
 
     warmup: bool
@@ -141,8 +153,6 @@ class ScheduleSettings(Section):
     def from_dict(cls, data: Any, where: str = "") -> ScheduleSettings:
         """As ``Section.from_dict``, except that a setting the switches leave unused may be absent (it reads as
         None); a used one absent or null is an LnReproError naming it."""
-        from ..train.schedule import inert_settings, used_settings
-
         if isinstance(data, Mapping) and {"warmup", "decay"} <= set(data):
             data = {**{key.split(".", 1)[1]: None for key in inert_settings(data)}, **data}
         s = super().from_dict(data, where)
@@ -154,9 +164,27 @@ class ScheduleSettings(Section):
 
     def used_only(self) -> ScheduleSettings:
         """This schedule with every setting its switches leave unused (``inert_settings``) set to None."""
-        from ..train.schedule import inert_settings
-
         return dataclasses.replace(self, **{key.split(".", 1)[1]: None for key in inert_settings(self)})
+
+
+def used_settings(schedule: ScheduleSettings | Mapping[str, Any]) -> frozenset[str]:
+    """Dotted keys (``schedule.warmup_updates``) of the settings ``lr_at`` reads under ``schedule``'s switches.
+
+    ``schedule`` is the typed section or its mapping (config.json, experiment.json); only the switches are
+    read, so a mapping without the inert settings works too."""
+    warmup, decay = ((schedule["warmup"], schedule["decay"]) if isinstance(schedule, Mapping)
+                     else (schedule.warmup, schedule.decay))
+    if decay not in DECAY_SETTINGS:
+        # a new decay declares its settings here, or every other one would look inert under it
+        raise LnReproError(f"schedule.decay: '{decay}' declares no settings; expected one of {sorted(DECAY_SETTINGS)}")
+    used = SWITCHES | DECAY_SETTINGS[decay] | (WARMUP_SETTINGS if warmup else frozenset())
+    return frozenset(f"schedule.{k}" for k in used)
+
+
+def inert_settings(schedule: ScheduleSettings | Mapping[str, Any]) -> frozenset[str]:
+    """Dotted keys of the switched settings that cannot act under ``schedule``'s switches (the warm-up length
+    without warm-up, the step decay's epochs and factor under another decay, the isqrt anchor under another)."""
+    return frozenset(f"schedule.{k}" for k in _SWITCHED) - used_settings(schedule)
 
 
 @dataclass(frozen=True)
@@ -394,7 +422,6 @@ class Experiment(Section):
     grids: dict[str, GridSettings] = field(default_factory=dict)  # the grids with a selected run
     notes: str = ""
     scaling: dict[str, Any] | None = None
-    deviations: tuple[str, ...] = ()
 
     @property
     def epochs(self) -> int:

@@ -23,7 +23,6 @@ import errno
 import fcntl
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -36,8 +35,8 @@ from typing import Any, Iterator
 import torch
 
 from ..errors import LnReproError
-from ..io import (atomic_path, atomic_write_bytes, atomic_write_json, file_sha256, naming_full_disk, read_json,
-                  torch_save_file)
+from ..io import (atomic_path, atomic_write_bytes, atomic_write_json, file_sha256, finite_json, naming_full_disk,
+                  read_json, torch_save_file)
 
 
 def say(message: str) -> None:
@@ -227,17 +226,6 @@ def write_outputs(run_dir: Path, outputs: dict[str, bytes]) -> None:
     """Write the declared outputs (names relative to the run directory), each atomically, in the given order."""
     for name, data in outputs.items():
         atomic_write_bytes(run_dir / name, data)
-
-
-def finite_json(obj: Any) -> Any:
-    """Replace non-finite floats by None (strict JSON has no NaN/Infinity); recurse into dicts and lists."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: finite_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite_json(v) for v in obj]
-    return obj
 
 
 class RunLog:

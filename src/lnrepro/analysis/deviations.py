@@ -1,62 +1,21 @@
-"""The one list of what this reproduction assumes or does differently from the paper (the report's
-"Assumptions and deviations" section is generated from it):
+"""The report's "Assumptions and deviations", rendered against one experiment (one job: compare the config with
+the paper's fixed facts, ``lnrepro.paper``):
 
-- ``UNSTATED``: every setting the paper does not state, what fairseq's IWSLT recipe does, and where the
-  value used comes from (``used_value`` reads it from the experiment);
-- ``DEVIATIONS``: deliberate differences of the implementation from the paper's setup (fairseq 0.9.0 on
-  IWSLT14) that hold whatever the config; ``lnrepro.config.experiment`` records them in experiment.json;
-- ``config_deviations``: the current config's differences from the paper's stated setup (dataset, model
-  size, scaled schedule, any stated setting), computed against the paper's values in
-  ``lnrepro/analysis/published.yaml``.
+- ``unstated_rows``: every setting the paper does not state (``paper.UNSTATED``), fairseq's recipe, and the value
+  used here (``used_value`` reads it from the experiment);
+- ``config_deviations``: the config's differences from the paper's stated setup (dataset, model size, scaled
+  schedule, any stated setting, the vocabulary), computed against the published setup (``paper.published``);
+- ``recipe_notes``: stated settings where the paper and fairseq's recipe disagree and the paper's value is used.
+
+The implementation's own deviations, which hold whatever the config, are ``paper.DEVIATIONS``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the config package imports this module: no import cycle at run time
-    from .config.settings import Experiment
-
-
-@dataclass(frozen=True)
-class Unstated:
-    """A setting the paper does not state: what fairseq's IWSLT recipe does, and the value used here (the
-    config key ``key`` holds it; ``fixed`` says it when no key does)."""
-
-    setting: str
-    recipe: str
-    key: str | None = None
-    fixed: str = ""
-
-
-UNSTATED: tuple[Unstated, ...] = (
-    Unstated("weight decay", "--weight-decay 0.0001 (decoupled, every parameter)", "optim.weight_decay"),
-    Unstated("Adam eps", "fairseq's default --adam-eps 1e-8", "optim.eps"),
-    Unstated("gradient clipping", "--clip-norm 0.0 (none)", "optim.clip_norm", "0 means no clipping"),
-    Unstated("number of epochs", "--max-epoch as the user sets it", "train.epochs", "one checkpoint per epoch"),
-    Unstated("checkpoint averaging", "none unless scripts/average_checkpoints.py is run", None,
-             "none: every checkpoint is scored as saved"),
-    Unstated("BLEU script and split", "fairseq-generate's BLEU on the tokenized text (--remove-bpe)", "eval.splits",
-             "tokenized BLEU (the Moses-tokenized lowercased text, sacrebleu with tokenize none), sacreBLEU beside "
-             "it; curves, selection and claims on valid"),
-    Unstated("GPUs behind one 4,096-token batch", "one GPU, --max-tokens 4096, no --update-freq", "train.max_tokens",
-             "one device computes each batch of at most this many tokens; no gradient accumulation"),
-)
-
-DEVIATIONS: list[str] = [
-    "Padding: source and target are padded on the right with attention masks; fairseq pads the source on the left. "
-    "Masked positions do not change any result.",
-    "Optimizer: torch.optim.AdamW (decoupled weight decay as fairseq's Adam); its eps is added after the bias "
-    "correction, fairseq's before it, a difference negligible at eps 1e-8.",
-    "Pre-LN's schedule is read as one x0.1 drop at the first update of epoch 8; fairseq's --force-anneal 8 would "
-    "instead multiply the learning rate by 0.1 at every epoch from epoch 9 on.",
-]
-
-# fairseq's IWSLT14 dictionaries (its prepare-iwslt14.sh and fairseq-preprocess, separate per language) and
-# the parameter counts of the paper's model with them and with the joint vocabulary of 10,000 pieces.
-FAIRSEQ_DICTS = {"de": 8848, "en": 6632}
-PAPER_PARAMS_M = {"fairseq": 39.47, "joint": 41.78}
+from ..config.settings import Experiment
+from ..paper import FAIRSEQ_DICTS, PAPER_PARAMS_M, SIZE_KEYS, UNSTATED, published
 
 
 def _per_split(experiment: Experiment, name: str) -> dict[str, Any]:
@@ -134,8 +93,6 @@ def _as_list(v: Any) -> Any:
 def config_deviations(experiment: Experiment) -> list[str]:
     """The config's deviations from the paper: dataset, model size, scaled schedule, every other stated
     setting, and the vocabulary (config-dependent: its size)."""
-    from .analysis.claims import SIZE_KEYS, published
-
     paper = published()["paper"]
     out = []
     if experiment.data.dataset != paper["scale"]["dataset"]:
@@ -161,8 +118,6 @@ def config_deviations(experiment: Experiment) -> list[str]:
 
 def recipe_notes(experiment: Experiment) -> list[str]:
     """Stated settings where the paper and fairseq's recipe disagree and the paper's value is used."""
-    from .analysis.claims import published
-
     out = []
     for entry in published()["paper"]["setup"]:
         if "recipe" in entry and _as_list(used_value(experiment, entry["key"])) == _as_list(entry["value"]):

@@ -1,0 +1,139 @@
+"""The report's page tables: the computed tables reshaped for reading (one job: formatted cells, no new statistics).
+
+Each function takes tables the builder computed (``lnrepro.analysis.build``) or the experiment's settings and
+returns the table the page shows: seed means formatted with their spread (``per_epoch_table``), estimates with
+their intervals (``effects_view``, ``cells_view``, ``claims_view``), the runs' differing and shared settings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from ..config.settings import FACTOR_KEYS, Experiment
+from . import aggregate as ag
+from .claims import fmt
+from .confounds import differing_keys
+
+
+def setting_value(v: Any) -> Any:
+    """A setting as a table cell: lists, tuples and mappings as JSON (decay_epochs [8]), the rest as is."""
+    return json.dumps(v) if isinstance(v, (list, tuple, dict)) else v
+
+
+def _fmt(v: float, digits: int) -> str:
+    return f"{v:.{digits}f}"
+
+
+def score_cell(row: pd.Series, col: str, digits: int = 2) -> str:
+    """One run x epoch cell: seed mean (± std over seeds when several), 'diverged' when every seed
+    diverged, the count of diverged seeds when some did, and the status when nothing was scored."""
+    if row["status"] == ag.STATUS_DIVERGED:
+        return ag.STATUS_DIVERGED
+    mean = row.get(f"{col}_mean", math.nan)
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return ag.STATUS_DIVERGED if row["n_diverged"] > 0 else str(row["status"])
+    s = _fmt(mean, digits)
+    if row["n_ok"] > 1 and not math.isnan(row.get(f"{col}_std", math.nan)):
+        s += f" ± {_fmt(row[f'{col}_std'], digits)}"
+    if row["n_diverged"] > 0:
+        s += f" ({int(row['n_diverged'])}/{int(row['n_seeds'])} diverged)"
+    return s
+
+
+def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: Sequence[str], digits: int = 2,
+                    epochs: Sequence[int] | None = None) -> pd.DataFrame:
+    """Rows: epoch (only ``epochs``, the ones the column's split is scored at, when given); columns: runs (in
+    ``select`` order); one formatted value per run per epoch."""
+    if epochs is not None:
+        run_epochs = run_epochs[run_epochs["epoch"].isin(epochs)]
+    if run_epochs.empty:
+        return pd.DataFrame()
+    cells = run_epochs.assign(cell=run_epochs.apply(lambda r: score_cell(r, col, digits), axis=1))
+    piv = cells.pivot(index="epoch", columns="run", values="cell")
+    piv = piv[[r for r in runs if r in piv.columns]]
+    piv = piv.fillna(ag.STATUS_MISSING)
+    piv.columns.name = None
+    return piv.reset_index()
+
+
+def _run_settings(experiment: Experiment) -> list[dict[str, Any]]:
+    """Each selected run's settings under dotted keys, in ``select`` order."""
+    return [experiment.runs[r].flat() for r in experiment.select]
+
+
+def run_factors(experiment: Experiment) -> pd.DataFrame:
+    """The selected runs with their level of each studied factor and every other key that differs between them."""
+    settings = _run_settings(experiment)
+    keys = list(FACTOR_KEYS.values())
+    keys += [k for k in differing_keys(settings) if k not in keys]
+    return pd.DataFrame([{"run": r, **{k: setting_value(f[k]) for k in keys}}
+                         for r, f in zip(experiment.select, settings)])
+
+
+def shared_settings(experiment: Experiment) -> list[tuple[str, Any]]:
+    """Settings equal across all selected runs (bpe and the run sections), then the dataset. Sorted by key,
+    the order the report has always listed them in (experiment.json's)."""
+    settings = _run_settings(experiment)
+    differ = set(differing_keys(settings))
+    shared = [(f"bpe.{k}", v) for k, v in experiment.bpe.to_dict().items()]
+    shared += [(k, v) for k, v in settings[0].items() if k not in differ]
+    return sorted(shared) + [("data.dataset", experiment.data.dataset)]
+
+
+def early_grad_table(layers_early: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
+    """Per (stack, layer, sublayer): each run's early gradient norm averaged over seeds, runs in ``select`` order."""
+    le = (layers_early.groupby(["stack", "layer", "sublayer", "run"], sort=False)["grad_norm_mean"].mean()
+          .unstack("run").reset_index())
+    le = le[["stack", "layer", "sublayer"] + [r for r in runs if r in le.columns]]
+    le.columns.name = None
+    return le
+
+
+def interval_cell(v: float, lo: float, hi: float) -> str:
+    """An estimate as one table cell: "1.23 [0.51, 1.95]", the value alone without an interval, "—" without one."""
+    if math.isnan(v):
+        return "—"
+    return fmt(v) if math.isnan(lo) else f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]"
+
+
+def effects_view(effects: pd.DataFrame) -> pd.DataFrame:
+    """tables/effects.csv on the page: a row per (metric, budget), a column per term, then the counts."""
+    if effects.empty:
+        return effects
+    rows = []
+    for (metric, budget), g in effects.groupby(["metric", "budget"], sort=False):
+        first = g.iloc[0]
+        rows.append({"metric": metric, "budget": budget,
+                     **{r.effect: interval_cell(r.estimate, r.ci_low, r.ci_high) for r in g.itertuples()},
+                     "n_seeds": first["n_seeds"], "n_left_out": first["n_left_out"],
+                     "n_missing": first["n_missing"], "note": g.loc[g["estimate"].notna(), "note"].iloc[0]
+                     if g["estimate"].notna().any() else first["note"]})
+    return pd.DataFrame(rows)
+
+
+def cells_view(cells: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
+    """tables/cells.csv on the page: a row per run, a column per (metric, budget): mean [95% interval] (n)."""
+    if cells.empty:
+        return cells
+    text = cells.assign(cell=[f"{interval_cell(r.mean, r.ci_low, r.ci_high)} ({r.n})" + (
+        f", {r.n_left_out} left out" if r.n_left_out else "") for r in cells.itertuples()],
+        column=cells["metric"] + " @ " + cells["budget"])
+    piv = text.pivot(index="run", columns="column", values="cell")
+    piv = piv.loc[[r for r in runs if r in piv.index], list(dict.fromkeys(text["column"]))]
+    piv.columns.name = None
+    return piv.reset_index()
+
+
+def key_values(pairs: Iterable[tuple[str, Any]]) -> pd.DataFrame:
+    """The report's one key/value table (scaling, shared settings, evaluation settings): a row per setting."""
+    return pd.DataFrame([{"key": k, "value": setting_value(v)} for k, v in pairs])
+
+
+def claims_view(claims: pd.DataFrame) -> pd.DataFrame:
+    """tables/claims.csv on the page: the measured value with its interval in one cell."""
+    view = claims.assign(measured=[interval_cell(r.measured, r.ci_low, r.ci_high) for r in claims.itertuples()])
+    return view.drop(columns=["ci_low", "ci_high"])

@@ -1,0 +1,319 @@
+"""The typed records a run writes and the stages after it read (docs/outputs.md, "Training" and "Scoring").
+
+Each record is a frozen dataclass whose fields are its JSON keys: ``EpochManifest`` (``epochs/epochNNN.json``),
+``CheckpointScores`` with one ``SplitScores`` per split (``eval/epochNNN.json``), ``RunSummary`` with its
+``Divergence`` (``summary.json``) and ``RunRecord`` (``run.json``). A record writes its own JSON (``text``,
+``write``: ``io.json_text``, atomically) and reads it back (``read``); as the config slices
+(``lnrepro.config.settings.Section``), a missing or unknown key, or a status outside the record's statuses, is
+one ``LnReproError`` naming the file and the key. ``RunStatus`` is the one enumeration of run and checkpoint
+statuses. Torch-free, so the report and the Snakefile can read records without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, TypeVar
+
+from .errors import LnReproError
+from .io import atomic_write_text, file_sha256, finite_json, json_text, read_json
+
+R = TypeVar("R", bound="Record")
+
+
+class RunStatus(str, Enum):
+    """How a run or one of its checkpoints ended (the JSON holds the value)."""
+
+    OK = "ok"  # epoch manifest, score file: the epoch's weights were saved
+    DIVERGED = "diverged"  # manifest, score file, summary: a non-finite loss or one above train.diverge_loss
+    STOPPED = "stopped"  # manifest, score file: training ended (train.max_updates) before this epoch's end
+    COMPLETED = "completed"  # summary: every epoch was trained
+    MAX_UPDATES = "max_updates"  # summary: training stopped at train.max_updates
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    """``value`` read from JSON as the annotated type ``tp``: statuses and nested records built, the rest as is."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(inner[0], value, where) if len(inner) == 1 else value
+    if tp is RunStatus:
+        try:
+            return RunStatus(value)
+        except ValueError:
+            raise LnReproError(f"{where}: {value!r} is not a status; expected one of "
+                               f"{', '.join(repr(s.value) for s in RunStatus)}") from None
+    if isinstance(tp, type) and issubclass(tp, Record):
+        return tp.from_dict(value, where)
+    if origin is dict and len(typing.get_args(tp)) == 2:
+        if not isinstance(value, Mapping):
+            raise LnReproError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return {k: _convert(typing.get_args(tp)[1], v, _key(where, k)) for k, v in value.items()}
+    return value
+
+
+def _key(where: str, key: str) -> str:
+    """``file: a.b`` for key ``b`` under ``file: a``; ``file: a`` for key ``a`` of ``file``."""
+    return f"{where}.{key}" if ": " in where else f"{where}: {key}"
+
+
+def _plain(value: Any) -> Any:
+    """The JSON value of a field: statuses as their value, records as mappings (their optional keys left out)."""
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, RunStatus):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class Record:
+    """Base of the run records: built from a mapping with every key checked, written back as one.
+
+    ``OPTIONAL`` keys are left out of the JSON when None and may be absent when read (the manifest's
+    ``reason`` exists only for an epoch not trained); ``STATUSES`` are the statuses the record may hold;
+    ``FINITE`` records write a non-finite float as null (strict JSON), as the training outputs always did."""
+
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+    STATUSES: ClassVar[tuple[RunStatus, ...]] = ()
+    FINITE: ClassVar[bool] = False
+
+    @classmethod
+    def from_dict(cls: type[R], data: Any, where: str = "") -> R:
+        """Build from a mapping; ``where`` names the file (and the key path) in an error."""
+        label = where or cls.__name__
+        if not isinstance(data, Mapping):
+            raise LnReproError(f"{label}: expected a mapping, got {type(data).__name__}")
+        fields = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise LnReproError(f"{label}: unknown key(s) {', '.join(unknown)} (a {cls.__name__} has: "
+                               f"{', '.join(fields)})")
+        missing = [k for k in fields if k not in data and k not in cls.OPTIONAL]
+        if missing:
+            raise LnReproError(f"{label}: missing key(s) {', '.join(missing)} (not a {cls.__name__})")
+        hints = typing.get_type_hints(cls)
+        kwargs = {k: _convert(hints[k], data.get(k), _key(label, k)) for k in fields}
+        record = cls(**kwargs)  # type: ignore[call-arg]
+        status = getattr(record, "status", None)
+        if cls.STATUSES and status not in cls.STATUSES:
+            raise LnReproError(f"{label}: status {status.value!r}; expected "
+                               f"{' or '.join(repr(s.value) for s in cls.STATUSES)}")
+        return record
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON mapping: every field under its own name, optional ones only when set."""
+        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+               if not (f.name in self.OPTIONAL and getattr(self, f.name) is None)}
+        return finite_json(out) if self.FINITE else out
+
+    def text(self) -> str:
+        """The file's text (``io.json_text``: the one JSON layout)."""
+        return json_text(self.to_dict())
+
+    @classmethod
+    def read(cls: type[R], path: str | Path) -> R:
+        """Read a file ``write`` wrote; errors name the file."""
+        return cls.from_dict(read_json(path), str(path))
+
+    def write(self, path: str | Path) -> None:
+        atomic_write_text(path, self.text())
+
+
+@dataclass(frozen=True)
+class EpochManifest(Record):
+    """``epochs/epochNNN.json``: the checkpoint training left at the end of epoch ``epoch``.
+
+    epoch: the epoch, from 1. status: ``ok`` (weights saved), ``diverged`` or ``stopped`` (not trained).
+    weights: the weights file relative to the run folder (``state/epochs/epochNNN.pt``), sha256: its digest
+    (both None unless ok). updates: updates done at the end of the epoch (at the end of training when not
+    trained). wall_s: training wall-clock of the retained work so far. partial: the epoch ended early (at
+    ``train.max_updates``). run, seed: the run. config_sha256: sha256 of the run's config.json. where_ran:
+    host, device, slurm_job_id. reason: why the epoch was not trained (the divergence's detail, or
+    ``max_updates``); absent when ok.
+    """
+
+    STATUSES: ClassVar[tuple[RunStatus, ...]] = (RunStatus.OK, RunStatus.DIVERGED, RunStatus.STOPPED)
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"reason"})
+
+    epoch: int
+    status: RunStatus
+    weights: str | None
+    sha256: str | None
+    updates: int
+    wall_s: float
+    partial: bool
+    run: str
+    seed: int
+    config_sha256: str | None
+    where_ran: dict[str, Any]
+    reason: str | None = None
+
+    def weights_file(self, run_dir: str | Path, where: str | Path) -> Path:
+        """The checkpoint's weights file under ``run_dir``, its sha256 checked against this manifest (``where``:
+        the manifest's path, for the messages)."""
+        if not self.weights or not self.sha256:
+            raise LnReproError(f"{where}: status 'ok' but 'weights' or 'sha256' is missing")
+        path = Path(run_dir) / self.weights
+        if not path.is_file():
+            raise LnReproError(f"{path}: weights file named by {where} not found")
+        digest = file_sha256(path)
+        if digest != self.sha256:
+            raise LnReproError(f"{path}: corrupt checkpoint (sha256 {digest[:12]}... but {where} records "
+                               f"{self.sha256[:12]}...)")
+        return path
+
+
+@dataclass(frozen=True)
+class SplitScores(Record):
+    """The scores of one split of a checkpoint (``eval/epochNNN.json``'s ``splits.{split}``).
+
+    loss, nll: teacher-forced label-smoothed loss and NLL, nats per target token; loss_base2, nll_base2: the
+    same over ln 2; target_tokens: the tokens they average over. bleu_tok: tokenized BLEU, bleu_tok_detail:
+    its score, signature, precisions, bp, sys_len, ref_len, text. sacrebleu, sacrebleu_signature,
+    sacrebleu_detail: sacreBLEU on the detokenized hypotheses. sentences: sentences decoded; decode_s,
+    sent_per_s: wall-clock of the search alone and its rate (None when it took no time).
+    """
+
+    loss: float
+    nll: float
+    loss_base2: float
+    nll_base2: float
+    target_tokens: int
+    bleu_tok: float
+    bleu_tok_detail: dict[str, Any]
+    sacrebleu: float
+    sacrebleu_signature: str
+    sacrebleu_detail: dict[str, Any]
+    sentences: int
+    decode_s: float
+    sent_per_s: float | None
+
+
+@dataclass(frozen=True)
+class CheckpointScores(Record):
+    """``eval/epochNNN.json``: one checkpoint scored on the splits of its scoring slice.
+
+    epoch, status, run, seed, updates: the manifest's; weights, weights_sha256: its weights and the digest
+    verified before loading; manifest: the manifest's path. decode: per split, the decoding options used.
+    label_smoothing: epsilon of the validation loss. model_config: the checkpoint's ModelConfig (absent when
+    not ok). threads, torch: torch's intra-op threads and version. where_ran: host, device, slurm_job_id.
+    wall_s: wall-clock of the whole job. splits: per split its ``SplitScores``, None when not ok.
+    """
+
+    STATUSES: ClassVar[tuple[RunStatus, ...]] = EpochManifest.STATUSES
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config"})
+
+    epoch: int
+    status: RunStatus
+    run: str | None
+    seed: int | None
+    updates: int | None
+    weights: str | None
+    weights_sha256: str | None
+    manifest: str
+    decode: dict[str, Any]
+    label_smoothing: float
+    threads: int
+    torch: str
+    where_ran: dict[str, Any]
+    wall_s: float
+    splits: dict[str, SplitScores | None]
+    model_config: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Divergence(Record):
+    """Where a run diverged (``summary.json``'s ``diverged``): the update (counted from 1) and epoch whose loss
+    failed the check, detail (``non-finite loss`` or the loss against ``train.diverge_loss``), loss (None when
+    not finite) and the update's learning rate."""
+
+    update: int
+    epoch: int
+    detail: str
+    loss: float | None
+    lr: float
+
+
+@dataclass(frozen=True)
+class RunSummary(Record):
+    """``summary.json``: how one run and seed's training ended.
+
+    run, seed. status: ``completed``, ``diverged`` or ``max_updates``. final_loss, final_nll,
+    final_loss_update: the last logged training loss and NLL (nats per target token) and their update (None
+    when nothing was logged). updates: updates done. epochs_completed: epochs trained to their end; epochs:
+    the configured epochs. diverged: the ``Divergence``, None unless diverged. train_s: training wall-clock of
+    the retained work; wall_s_all_attempts: wall-clock of every attempt summed; attempts: their number.
+    target_tokens_per_epoch, target_tokens_trained: target tokens of one epoch and of the updates done;
+    tokens_per_s: the latter over train_s. where_ran: host, device, slurm_job_id.
+    """
+
+    STATUSES: ClassVar[tuple[RunStatus, ...]] = (RunStatus.COMPLETED, RunStatus.DIVERGED, RunStatus.MAX_UPDATES)
+    FINITE: ClassVar[bool] = True
+
+    run: str
+    seed: int
+    status: RunStatus
+    final_loss: float | None
+    final_nll: float | None
+    final_loss_update: int | None
+    updates: int
+    epochs_completed: int
+    epochs: int
+    diverged: Divergence | None
+    train_s: float
+    wall_s_all_attempts: float
+    attempts: int
+    target_tokens_per_epoch: int
+    target_tokens_trained: int
+    tokens_per_s: float | None
+    where_ran: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunRecord(Record):
+    """``run.json``: what one run and seed trained, with what, and where.
+
+    run, seed. config: the run's config.json (``RunConfig``); config_sha256: its digest; inputs_sha256: the
+    digest of every training input by name; state_digest: the digest of state/. model_config: the
+    ModelConfig trained; num_params. torch_version, python_version; device (cpu, cuda) and device_name;
+    threads; precision. optimizer: ``name`` (``optim.name``), ``implementation`` and ``settings`` (the
+    ``optim`` settings it reads). train_pairs, batches_per_epoch; source_lang, target_lang. git_commit,
+    git_dirty: the package's checkout (None outside one). attempts: attempts so far. where_ran: host, device,
+    slurm_job_id.
+    """
+
+    FINITE: ClassVar[bool] = True
+
+    run: str
+    seed: int
+    config: dict[str, Any]
+    config_sha256: str
+    inputs_sha256: dict[str, str]
+    state_digest: str
+    model_config: dict[str, Any]
+    num_params: int
+    torch_version: str
+    python_version: str
+    device: str
+    device_name: str
+    threads: int
+    precision: str
+    optimizer: dict[str, Any]
+    train_pairs: int
+    batches_per_epoch: int
+    source_lang: str
+    target_lang: str
+    git_commit: str | None
+    git_dirty: bool | None
+    attempts: int
+    where_ran: dict[str, Any]
