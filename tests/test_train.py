@@ -44,7 +44,7 @@ def write_config(path: Path, **train_over) -> Path:
         "model": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 32, "heads": 4, "ffn_dim": 48,
                   "dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.1, "norm": "pre",
                   "share_decoder_embeddings": True, "share_all_embeddings": False, "max_positions": 256},
-        "optim": {"lr_max": 2e-3, "betas": [0.9, 0.98], "eps": 1e-8, "weight_decay": 1e-4, "clip_norm": 0,
+        "optim": {"name": "adamw", "lr_max": 2e-3, "betas": [0.9, 0.98], "eps": 1e-8, "weight_decay": 1e-4, "clip_norm": 0,
                   "label_smoothing": 0.1},
         "schedule": {"warmup": True, "decay": "isqrt", "warmup_updates": 10, "anchor_updates": 10,
                      "decay_epochs": [3], "decay_factor": 0.1},

@@ -286,8 +286,8 @@ class RunRecord(Record):
     run, seed. config: the run's config.json (``RunConfig``); config_sha256: its digest; inputs_sha256: the
     digest of every training input by name; state_digest: the digest of state/. model_config: the
     ModelConfig trained; num_params. torch_version, python_version; device (cpu, cuda) and device_name;
-    threads; precision. optimizer: ``name`` (``optim.name``), ``implementation`` and ``settings`` (the
-    ``optim`` settings it reads). train_pairs, batches_per_epoch; source_lang, target_lang. git_commit,
+    threads; precision. optimizer: the optimizer ``optim.name`` names, in words (its registry entry's
+    implementation); optimizer_settings: ``name`` and the ``optim`` settings that optimizer reads. train_pairs, batches_per_epoch; source_lang, target_lang. git_commit,
     git_dirty: the package's checkout (None outside one). attempts: attempts so far. where_ran: host, device,
     slurm_job_id.
     """
@@ -308,7 +308,8 @@ class RunRecord(Record):
     device_name: str
     threads: int
     precision: str
-    optimizer: dict[str, Any]
+    optimizer: str
+    optimizer_settings: dict[str, Any]
     train_pairs: int
     batches_per_epoch: int
     source_lang: str
