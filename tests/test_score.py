@@ -230,3 +230,34 @@ def test_an_out_of_range_id_in_a_scored_split_is_named(task, tmp_path):
     with pytest.raises(LnReproError, match=r"valid\.de\.ids:3: id 99999 is outside the vocabulary"):
         score_checkpoint(task["trained"], task["eval_json"], bpe, task["prepared"], out, threads=1)
     assert not out.exists()
+
+
+def test_the_in_memory_core_scores_what_the_job_writes(task, tmp_path):
+    """score(model, settings, data) with no files written gives the scores the job's eval JSON holds."""
+    from lnrepro.config.settings import ScoreSettings
+    from lnrepro.evaluate.score import read_scoring_data, score
+    from lnrepro.model import load_model
+    from lnrepro.records import CheckpointScores
+
+    record, out = _score(task, task["trained"], "core.json")
+    model = load_model(task["trained_path"])
+    settings = ScoreSettings.from_dict(EVAL)
+    result = score(model, settings, read_scoring_data(task["bpe"], task["prepared"], ["valid", "test"],
+                                                      model.cfg.vocab_size))
+    written = CheckpointScores.read(out)
+    for split in ("valid", "test"):
+        a, b = result.splits[split].to_dict(), written.splits[split].to_dict()
+        for timing in ("decode_s", "sent_per_s"):
+            a.pop(timing), b.pop(timing)
+        assert a == b
+        assert result.hypotheses[split] == read_lines(out.parent / f"core.{split}.hyp")
+
+
+def test_a_manifest_missing_a_key_is_named(task, tmp_path):
+    bad = tmp_path / "epochs" / "epoch002.json"
+    bad.parent.mkdir()
+    manifest = json.loads(task["trained"].read_text())
+    del manifest["updates"]
+    bad.write_text(json.dumps(manifest))
+    with pytest.raises(LnReproError, match=r"epoch002\.json: missing key\(s\) updates"):
+        score_checkpoint(bad, task["eval_json"], task["bpe"], task["prepared"], tmp_path / "o.json", threads=1)
