@@ -125,6 +125,21 @@ def test_outputs_and_logging(reference):
     assert model.cfg.norm == "pre" and model.cfg.vocab_size == 100
 
 
+def test_the_outputs_are_the_records_text(reference):
+    """Every declared JSON output reads as its record, which writes it again byte for byte; run.json names the
+    optimizer and its settings from config.json's optim section."""
+    from lnrepro.paths import RunFolder
+    from lnrepro.records import EpochManifest, RunRecord, RunStatus, RunSummary
+
+    folder = RunFolder(str(reference))
+    for cls, path in [(RunRecord, folder.run_json), (RunSummary, folder.summary),
+                      *((EpochManifest, m) for m in folder.epoch_manifests(4))]:
+        assert cls.read(path).text() == Path(path).read_text()
+    assert RunSummary.read(folder.summary).status is RunStatus.COMPLETED
+    meta, cfg = RunRecord.read(folder.run_json), json.loads((reference.parent / "config.json").read_text())
+    assert meta.optimizer_settings == {"name": "adamw", **{k: cfg["optim"][k] for k in ("betas", "eps", "weight_decay")}}
+
+
 def test_deterministic_rerun_and_finished_state_not_resumed(reference, bpe_dir, tmp_path):
     run = tmp_path / "run"
     cfg = write_config(tmp_path / "config.json")

@@ -108,10 +108,10 @@ def _load_pairs(bpe_dir: Path, max_positions: int, vocab_size: int) -> tuple[lis
 class _Trainer:
     """Holds the run's objects; ``run()`` trains from the resumed position to the end, or until divergence."""
 
-    def __init__(self, run_dir: Path, config_json: Path, bpe_dir: Path, threads: int, state_dir: StateDir,
+    def __init__(self, config_json: Path, bpe_dir: Path, threads: int, state_dir: StateDir,
                  digest: dict[str, Any]) -> None:
         self.t_start = time.time()
-        self.run_dir, self.config_json, self.bpe_dir, self.threads = Path(run_dir), Path(config_json), Path(bpe_dir), threads
+        self.bpe_dir, self.threads = Path(bpe_dir), threads
         self.cfg = RunConfig.read(config_json)
         cfg = self.cfg
         self.seed, self.train, self.step_settings = cfg.seed, cfg.train, StepSettings.of(cfg)
@@ -316,7 +316,7 @@ def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int) -> 
         digest = run_digest(config_json, training_inputs(bpe_dir))
         if state_dir.restore_finished(digest):
             return
-        trainer = _Trainer(run_dir, config_json, bpe_dir, threads, state_dir, digest)
+        trainer = _Trainer(config_json, bpe_dir, threads, state_dir, digest)
         try:
             trainer.run()
             trainer.log.write({"kind": "finished", "attempt": trainer.attempt,
