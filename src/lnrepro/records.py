@@ -96,11 +96,11 @@ class Record:
         fields = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
         unknown = sorted(set(data) - set(fields))
         if unknown:
-            raise LnReproError(f"{label}: unknown key(s) {', '.join(unknown)} (a {cls.__name__} has: "
+            raise LnReproError(f"{label}: unknown key(s) {', '.join(unknown)} ({cls.__name__} allows: "
                                f"{', '.join(fields)})")
         missing = [k for k in fields if k not in data and k not in cls.OPTIONAL]
         if missing:
-            raise LnReproError(f"{label}: missing key(s) {', '.join(missing)} (not a {cls.__name__})")
+            raise LnReproError(f"{label}: missing key(s) {', '.join(missing)} (expected a {cls.__name__})")
         hints = typing.get_type_hints(cls)
         kwargs = {k: _convert(hints[k], data.get(k), _key(label, k)) for k in fields}
         record = cls(**kwargs)  # type: ignore[call-arg]
