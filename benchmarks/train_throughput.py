@@ -1,7 +1,9 @@
 """Training throughput (target tokens/s) of the project's training step against a plain PyTorch one.
 
-The project's step is what the training loop (src/lnrepro/train/loop.py) runs: ``Transformer(cfg)(src, prev)``
-under the precision's autocast, ``label_smoothed_nll_loss``, backward of the loss per target token, AdamW step.
+The project's step is the one the training loop runs: ``lnrepro.train.step.train_step`` (``Transformer(cfg)(src,
+prev)`` under the precision's autocast, ``label_smoothed_nll_loss``, the divergence check's one sync, backward of
+the loss per target token, the optimizer's step) with the optimizer ``lnrepro.train.optim.build_optimizer``
+builds (fused AdamW).
 The reference is the step a user would write: ``torch.nn.Transformer(batch_first=True, norm_first=True)`` with
 token embeddings, sinusoidal positions and a tied output projection, ``F.cross_entropy(label_smoothing=0.1,
 ignore_index=PAD, reduction="sum")``, the same AdamW. Both models have the same sizes.
@@ -36,13 +38,28 @@ import torch
 import torch.nn.functional as F
 
 from lnrepro.bench.reference import ReferenceTransformer  # the one 'what a user would write' model
+from lnrepro.bench.sizes import CONSTANT
+from lnrepro.config.settings import OptimSettings
 from lnrepro.model import ModelConfig, Transformer
 from lnrepro.train.batching import batch_by_size, collate, read_ids
-from lnrepro.train.loss import label_smoothed_nll_loss
+from lnrepro.train.optim import build_optimizer
+from lnrepro.train.step import StepSettings, train_step
 from lnrepro.vocab import EOS, PAD
 
 VARIANTS = ("project-fp32", "project-bf16", "reference-fp32", "reference-bf16")
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # src, prev, target
+OPTIM = OptimSettings(name="adamw", lr_max=1e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=1e-4, clip_norm=0.0,
+                      label_smoothing=0.1)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """A batch as ``train_step`` takes it."""
+
+    src: torch.Tensor
+    prev: torch.Tensor
+    target: torch.Tensor
+    ntok: int
 
 
 def autocast(precision: str) -> contextlib.AbstractContextManager:
@@ -54,18 +71,15 @@ def make_step(variant: str, cfg: ModelConfig) -> Callable[[Batch], None]:
     kind, precision = variant.split("-")
     torch.manual_seed(0)
     model = (Transformer(cfg) if kind == "project" else ReferenceTransformer(cfg)).train()
-    # The project's optimizer as loop.py builds it (fused); the reference's as a user writes it (default).
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=1e-4,
-                            fused=kind == "project")
+    # The project's optimizer as training builds it (fused); the reference's as a user writes it (default).
+    opt = (build_optimizer(model, OPTIM) if kind == "project" else
+           torch.optim.AdamW(model.parameters(), lr=OPTIM.lr_max, betas=OPTIM.betas, eps=OPTIM.eps,
+                             weight_decay=OPTIM.weight_decay))
+    settings = StepSettings(OPTIM, CONSTANT, precision, diverge_loss=math.inf)
 
-    def project(batch: Batch) -> None:  # as src/lnrepro/train/loop.py
+    def project(batch: Batch) -> None:  # the training loop's update
         src, prev, target = batch
-        with autocast(precision):
-            logits = model(src, prev)
-        loss_sum, _ = label_smoothed_nll_loss(logits, target, 0.1)
-        opt.zero_grad(set_to_none=True)
-        (loss_sum / int(target.ne(PAD).sum())).backward()
-        opt.step()
+        train_step(model, opt, StepBatch(src, prev, target, int(target.ne(PAD).sum())), 0, 1, settings)
 
     def reference(batch: Batch) -> None:
         src, prev, target = batch

@@ -206,7 +206,8 @@ def _checkpoint(run_dir, model, epoch: int, updates: int, run: str = "postln_war
     manifest = run_dir / "epochs" / f"epoch{epoch:03d}.json"
     atomic_write_json(manifest, {"epoch": epoch, "status": status, "weights": str(weights.relative_to(run_dir)),
                                  "sha256": file_sha256(weights), "updates": updates, "run": run,
-                                 "seed": int(run_dir.name.removeprefix("seed"))})
+                                 "seed": int(run_dir.name.removeprefix("seed")), "wall_s": 1.0, "partial": False,
+                                 "config_sha256": None, "where_ran": {}})
     return manifest
 
 
@@ -222,7 +223,7 @@ def test_after_warmup_takes_the_first_checkpoint_that_reaches_t_warmup(tmp_path)
         manifests += [_checkpoint(d, model, 1, t_warmup - 1), _checkpoint(d, model, 2, t_warmup + seed - 1),
                       _checkpoint(d, model, 3, 2 * t_warmup)]
     chosen = warmup_end_checkpoints(manifests, "postln_warmup_isqrt", t_warmup)
-    assert {s: m["epoch"] for s, (_, m) in chosen.items()} == {1: 2, 2: 2}
+    assert {s: m.epoch for s, (_, m) in chosen.items()} == {1: 2, 2: 2}
     config = exp.gradinit_config(after_warmup=True)
     df = run_after_warmup(config, tmp_path / "bpe", manifests, tmp_path / "aw.csv", threads=1)
     assert list(df.columns) == CSV_COLUMNS and set(df["checkpoint"]) == {"after_warmup"}

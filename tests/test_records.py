@@ -87,3 +87,18 @@ def test_a_bad_nested_key_names_its_path(tmp_path):
 def test_the_records_import_without_torch():
     code = "import sys, lnrepro.records; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_run_folder_names_its_files_once():
+    from lnrepro.paths import Paths, RunFolder
+
+    names, folder = RunFolder(), Paths("demo").run_folder("pre", 2)
+    assert names.train_outputs(2) == ["run.json", "train.jsonl", "summary.json", "epochs/epoch001.json",
+                                      "epochs/epoch002.json"]
+    assert folder.train_outputs(1)[0] == "results/demo/runs/pre/seed2/run.json"
+    assert (names.epoch_weights(3), names.score(3), names.hypotheses(3, "test")) == (
+        "state/epochs/epoch003.pt", "eval/epoch003.json", "eval/epoch003.test.hyp")
+    assert Paths("demo").hypotheses(("valid",)) == ["results/demo/runs/{run}/seed{seed}/eval/epoch{ep}.valid.hyp"]
+    assert [names.is_epoch_manifest(n) for n in ("epochs/epoch012.json", "run.json", "epochs/epoch1.json")] == [
+        True, False, False]
+    assert str(RunFolder.hypotheses_beside("x/eval/epoch004.json", "valid")) == "x/eval/epoch004.valid.hyp"

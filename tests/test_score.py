@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from lnrepro.errors import LnReproError
 from lnrepro.evaluate.bleu import tokenized_bleu
 from lnrepro.evaluate.score import score_checkpoint
 from lnrepro.io import atomic_torch_save, read_lines
+from lnrepro.paths import RunFolder
+from lnrepro.records import EpochManifest, RunStatus
 
 torch.set_num_threads(1)
 
@@ -45,19 +48,21 @@ def _ids_line(sp, text: str) -> str:
 
 
 def _save_weights(model, run_dir, epoch: int, status: str = "ok") -> "tuple":
+    """The weights and the epoch manifest of ``epoch``, as training writes them (RunFolder, EpochManifest)."""
     from lnrepro.model.transformer import weights_blob
 
-    manifest = run_dir / "epochs" / f"epoch{epoch:03d}.json"
-    manifest.parent.mkdir(parents=True, exist_ok=True)
+    folder = RunFolder(str(run_dir))
+    manifest = Path(folder.epoch_manifest(epoch))
+    own = {"epoch": epoch, "updates": 0, "wall_s": 0.0, "partial": False, "run": "r", "seed": 1,
+           "config_sha256": None, "where_ran": {}}
     if status != "ok":
-        manifest.write_text(json.dumps({"epoch": epoch, "status": status, "weights": None, "sha256": None}))
+        EpochManifest(status=RunStatus(status), weights=None, sha256=None, reason="test", **own).write(manifest)
         return manifest, None
-    rel = f"state/epochs/epoch{epoch:03d}.pt"
+    rel = RunFolder().epoch_weights(epoch)
     path = run_dir / rel
     atomic_torch_save(weights_blob(model), path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    manifest.write_text(json.dumps({"epoch": epoch, "status": "ok", "weights": rel, "sha256": digest,
-                                    "updates": 0}))
+    EpochManifest(status=RunStatus.OK, weights=rel, sha256=digest, **own).write(manifest)
     return manifest, path
 
 
@@ -120,7 +125,7 @@ def task(tmp_path_factory):
 
 def _score(task, manifest, name=None):
     out = task["run"] / "eval" / (name or manifest.name)
-    return score_checkpoint(manifest, task["eval_json"], task["bpe"], task["prepared"], out, threads=1), out
+    return score_checkpoint(manifest, task["eval_json"], task["bpe"], task["prepared"], out, threads=1).to_dict(), out
 
 
 def test_trained_model_scores_well_above_untrained(task):
@@ -183,7 +188,7 @@ def test_scores_only_the_slice_splits_each_with_its_decoding(task, tmp_path):
     path = tmp_path / "eval_test.json"
     path.write_text(json.dumps(greedy))
     out = tmp_path / "eval" / "epoch002.json"
-    res = score_checkpoint(task["trained"], path, task["bpe"], task["prepared"], out, threads=1)
+    res = score_checkpoint(task["trained"], path, task["bpe"], task["prepared"], out, threads=1).to_dict()
     assert set(res["splits"]) == {"test"} and set(res["decode"]) == {"test"}
     assert (res["decode"]["test"]["beam"], res["decode"]["test"]["max_len_b"]) == (1, 3)
     assert sorted(p.name for p in out.parent.iterdir()) == ["epoch002.json", "epoch002.test.hyp"]
@@ -225,3 +230,34 @@ def test_an_out_of_range_id_in_a_scored_split_is_named(task, tmp_path):
     with pytest.raises(LnReproError, match=r"valid\.de\.ids:3: id 99999 is outside the vocabulary"):
         score_checkpoint(task["trained"], task["eval_json"], bpe, task["prepared"], out, threads=1)
     assert not out.exists()
+
+
+def test_the_in_memory_core_scores_what_the_job_writes(task, tmp_path):
+    """score(model, settings, data) with no files written gives the scores the job's eval JSON holds."""
+    from lnrepro.config.settings import ScoreSettings
+    from lnrepro.evaluate.score import read_scoring_data, score
+    from lnrepro.model import load_model
+    from lnrepro.records import CheckpointScores
+
+    record, out = _score(task, task["trained"], "core.json")
+    model = load_model(task["trained_path"])
+    settings = ScoreSettings.from_dict(EVAL)
+    result = score(model, settings, read_scoring_data(task["bpe"], task["prepared"], ["valid", "test"],
+                                                      model.cfg.vocab_size))
+    written = CheckpointScores.read(out)
+    for split in ("valid", "test"):
+        a, b = result.splits[split].to_dict(), written.splits[split].to_dict()
+        for timing in ("decode_s", "sent_per_s"):
+            a.pop(timing), b.pop(timing)
+        assert a == b
+        assert result.hypotheses[split] == read_lines(out.parent / f"core.{split}.hyp")
+
+
+def test_a_manifest_missing_a_key_is_named(task, tmp_path):
+    bad = tmp_path / "epochs" / "epoch002.json"
+    bad.parent.mkdir()
+    manifest = json.loads(task["trained"].read_text())
+    del manifest["updates"]
+    bad.write_text(json.dumps(manifest))
+    with pytest.raises(LnReproError, match=r"epoch002\.json: missing key\(s\) updates"):
+        score_checkpoint(bad, task["eval_json"], task["bpe"], task["prepared"], tmp_path / "o.json", threads=1)

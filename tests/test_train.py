@@ -44,7 +44,7 @@ def write_config(path: Path, **train_over) -> Path:
         "model": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 32, "heads": 4, "ffn_dim": 48,
                   "dropout": 0.1, "attention_dropout": 0.1, "activation_dropout": 0.1, "norm": "pre",
                   "share_decoder_embeddings": True, "share_all_embeddings": False, "max_positions": 256},
-        "optim": {"lr_max": 2e-3, "betas": [0.9, 0.98], "eps": 1e-8, "weight_decay": 1e-4, "clip_norm": 0,
+        "optim": {"name": "adamw", "lr_max": 2e-3, "betas": [0.9, 0.98], "eps": 1e-8, "weight_decay": 1e-4, "clip_norm": 0,
                   "label_smoothing": 0.1},
         "schedule": {"warmup": True, "decay": "isqrt", "warmup_updates": 10, "anchor_updates": 10,
                      "decay_epochs": [3], "decay_factor": 0.1},
@@ -123,6 +123,21 @@ def test_outputs_and_logging(reference):
 
     model = load_model(run / "state" / "epochs" / "epoch004.pt")
     assert model.cfg.norm == "pre" and model.cfg.vocab_size == 100
+
+
+def test_the_outputs_are_the_records_text(reference):
+    """Every declared JSON output reads as its record, which writes it again byte for byte; run.json names the
+    optimizer and its settings from config.json's optim section."""
+    from lnrepro.paths import RunFolder
+    from lnrepro.records import EpochManifest, RunRecord, RunStatus, RunSummary
+
+    folder = RunFolder(str(reference))
+    for cls, path in [(RunRecord, folder.run_json), (RunSummary, folder.summary),
+                      *((EpochManifest, m) for m in folder.epoch_manifests(4))]:
+        assert cls.read(path).text() == Path(path).read_text()
+    assert RunSummary.read(folder.summary).status is RunStatus.COMPLETED
+    meta, cfg = RunRecord.read(folder.run_json), json.loads((reference.parent / "config.json").read_text())
+    assert meta.optimizer_settings == {"name": "adamw", **{k: cfg["optim"][k] for k in ("betas", "eps", "weight_decay")}}
 
 
 def test_deterministic_rerun_and_finished_state_not_resumed(reference, bpe_dir, tmp_path):

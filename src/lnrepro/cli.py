@@ -64,7 +64,7 @@ def _evaluate(a: argparse.Namespace) -> None:
     from .evaluate.score import score_checkpoint
 
     result = score_checkpoint(a.manifest, a.eval_config, a.bpe, a.prepared, a.out, a.threads)
-    print(json.dumps(result, indent=2, sort_keys=True))
+    print(result.text(), end="")
 
 
 def _gradinit(a: argparse.Namespace) -> None:

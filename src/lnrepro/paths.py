@@ -2,16 +2,100 @@
 
 The Snakefile builds one ``Paths`` for the experiment and every rule file takes its inputs and outputs from
 it, so no rule file depends on another's globals. Methods return a concrete path for concrete arguments and
-a Snakemake pattern (``{run}``, ``{seed}``, ``{ep}``, ``{split}``) with the defaults.
+a Snakemake pattern (``{run}``, ``{seed}``, ``{ep}``, ``{split}``) with the defaults. ``RunFolder`` is the
+layout of one run's folder (its declared outputs, scores and ``state/``), which ``Paths`` and every stage that
+writes or reads a run's files go through.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 LANGS: tuple[str, ...] = ("de", "en")  # source, target: the paper's direction
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
 DOWNLOADS = "results/downloads"  # shared by every experiment: a download is checksum-verified once
+
+
+def _epoch(ep: int | str) -> str:
+    """An epoch as file names write it: ``007`` for 7; a string (``{ep}``, ``007``) as it is."""
+    return f"{ep:03d}" if isinstance(ep, int) else ep
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The files of one run and seed, under ``root`` (``results/{exp}/runs/{run}/seed{seed}``); with the default
+    root ``""`` the names relative to the run folder (``epochs/epoch001.json``), as ``state/outputs/`` keys them."""
+
+    root: str = ""
+
+    def _at(self, name: str) -> str:
+        return f"{self.root}/{name}" if self.root else name
+
+    @classmethod
+    def of_manifest(cls, manifest: str | Path) -> RunFolder:
+        """The run folder of an epoch manifest (``{root}/epochs/epochNNN.json``)."""
+        return cls(str(Path(manifest).resolve().parent.parent))
+
+    # ---- the declared outputs of training, and its input ------------------------------------------------
+
+    @property
+    def config(self) -> str:
+        return self._at("config.json")
+
+    @property
+    def run_json(self) -> str:
+        return self._at("run.json")
+
+    @property
+    def train_jsonl(self) -> str:
+        return self._at("train.jsonl")
+
+    @property
+    def summary(self) -> str:
+        return self._at("summary.json")
+
+    def epoch_manifest(self, ep: int | str = "{ep}") -> str:
+        return self._at(f"epochs/epoch{_epoch(ep)}.json")
+
+    def epoch_manifests(self, epochs: int) -> list[str]:
+        return [self.epoch_manifest(ep) for ep in range(1, epochs + 1)]
+
+    def is_epoch_manifest(self, path: str) -> bool:
+        """Whether ``path`` is one of this folder's epoch manifests (a three-digit epoch)."""
+        pattern = re.escape(self.epoch_manifest()).replace(re.escape("{ep}"), r"\d{3}")
+        return re.fullmatch(pattern, path) is not None
+
+    def train_outputs(self, epochs: int) -> list[str]:
+        """What a training job declares: run.json, train.jsonl, summary.json and every epoch manifest."""
+        return [self.run_json, self.train_jsonl, self.summary] + self.epoch_manifests(epochs)
+
+    # ---- scoring ----------------------------------------------------------------------------------------
+
+    def score(self, ep: int | str = "{ep}") -> str:
+        return self._at(f"eval/epoch{_epoch(ep)}.json")
+
+    def hypotheses(self, ep: int | str = "{ep}", split: str = "{split}") -> str:
+        return self._at(f"eval/epoch{_epoch(ep)}.{split}.hyp")
+
+    @staticmethod
+    def hypotheses_beside(score: str | Path, split: str) -> Path:
+        """``eval/epochNNN.{split}.hyp`` beside the score file ``eval/epochNNN.json`` (the scoring job is told
+        where to write its score file; its hypotheses go beside it, as the rule declares them)."""
+        score = Path(score)
+        return score.parent / f"{score.stem}.{split}.hyp"
+
+    # ---- state/ (undeclared: train/checkpoint.py) -------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return self._at("state")
+
+    def epoch_weights(self, ep: int | str = "{ep}") -> str:
+        """The weights of epoch ``ep`` (``state/epochs/epochNNN.pt``), which the manifest names relative to
+        the run folder."""
+        return self._at(f"state/epochs/epoch{_epoch(ep)}.pt")
 
 
 @dataclass(frozen=True)
@@ -70,32 +154,34 @@ class Paths:
     def run_dir(self, run: str = "{run}", seed: str | int = "{seed}") -> str:
         return f"{self.root}/runs/{run}/seed{seed}"
 
+    def run_folder(self, run: str = "{run}", seed: str | int = "{seed}") -> RunFolder:
+        return RunFolder(self.run_dir(run, seed))
+
     def run_config(self, run: str = "{run}", seed: str | int = "{seed}") -> str:
-        return f"{self.run_dir(run, seed)}/config.json"
+        return self.run_folder(run, seed).config
 
     def train_outputs(self, epochs: int, run: str = "{run}", seed: str | int = "{seed}") -> list[str]:
-        d = self.run_dir(run, seed)
-        return [f"{d}/run.json", f"{d}/train.jsonl", f"{d}/summary.json"] + self.epoch_manifests(epochs, run, seed)
+        return self.run_folder(run, seed).train_outputs(epochs)
 
     def summary(self, run: str = "{run}", seed: str | int = "{seed}") -> str:
-        return f"{self.run_dir(run, seed)}/summary.json"
+        return self.run_folder(run, seed).summary
 
     def epoch_manifest(self, run: str = "{run}", seed: str | int = "{seed}", ep: str = "{ep}") -> str:
-        return f"{self.run_dir(run, seed)}/epochs/epoch{ep}.json"
+        return self.run_folder(run, seed).epoch_manifest(ep)
 
     def epoch_manifests(self, epochs: int, run: str = "{run}", seed: str | int = "{seed}") -> list[str]:
-        return [self.epoch_manifest(run, seed, f"{ep:03d}") for ep in range(1, epochs + 1)]
+        return self.run_folder(run, seed).epoch_manifests(epochs)
 
     def eval_json(self, suffix: str = "") -> str:
         """The scoring slice of one group of scoring jobs: eval.json (every split), eval_{splits}.json (some)."""
         return f"{self.root}/eval{suffix}.json"
 
     def score(self, run: str = "{run}", seed: str | int = "{seed}", ep: str = "{ep}") -> str:
-        return f"{self.run_dir(run, seed)}/eval/epoch{ep}.json"
+        return self.run_folder(run, seed).score(ep)
 
     def hypotheses(self, splits: tuple[str, ...], run: str = "{run}", seed: str | int = "{seed}",
                    ep: str = "{ep}") -> list[str]:
-        return [f"{self.run_dir(run, seed)}/eval/epoch{ep}.{split}.hyp" for split in splits]
+        return [self.run_folder(run, seed).hypotheses(ep, split) for split in splits]
 
     def scores(self, epochs: int, run: str, seed: str | int) -> list[str]:
         return [self.score(run, seed, f"{ep:03d}") for ep in range(1, epochs + 1)]

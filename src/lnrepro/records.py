@@ -96,11 +96,11 @@ class Record:
         fields = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
         unknown = sorted(set(data) - set(fields))
         if unknown:
-            raise LnReproError(f"{label}: unknown key(s) {', '.join(unknown)} (a {cls.__name__} has: "
+            raise LnReproError(f"{label}: unknown key(s) {', '.join(unknown)} ({cls.__name__} allows: "
                                f"{', '.join(fields)})")
         missing = [k for k in fields if k not in data and k not in cls.OPTIONAL]
         if missing:
-            raise LnReproError(f"{label}: missing key(s) {', '.join(missing)} (not a {cls.__name__})")
+            raise LnReproError(f"{label}: missing key(s) {', '.join(missing)} (expected a {cls.__name__})")
         hints = typing.get_type_hints(cls)
         kwargs = {k: _convert(hints[k], data.get(k), _key(label, k)) for k in fields}
         record = cls(**kwargs)  # type: ignore[call-arg]
@@ -286,8 +286,8 @@ class RunRecord(Record):
     run, seed. config: the run's config.json (``RunConfig``); config_sha256: its digest; inputs_sha256: the
     digest of every training input by name; state_digest: the digest of state/. model_config: the
     ModelConfig trained; num_params. torch_version, python_version; device (cpu, cuda) and device_name;
-    threads; precision. optimizer: ``name`` (``optim.name``), ``implementation`` and ``settings`` (the
-    ``optim`` settings it reads). train_pairs, batches_per_epoch; source_lang, target_lang. git_commit,
+    threads; precision. optimizer: the optimizer ``optim.name`` names, in words (its registry entry's
+    implementation); optimizer_settings: ``name`` and the ``optim`` settings that optimizer reads. train_pairs, batches_per_epoch; source_lang, target_lang. git_commit,
     git_dirty: the package's checkout (None outside one). attempts: attempts so far. where_ran: host, device,
     slurm_job_id.
     """
@@ -308,7 +308,8 @@ class RunRecord(Record):
     device_name: str
     threads: int
     precision: str
-    optimizer: dict[str, Any]
+    optimizer: str
+    optimizer_settings: dict[str, Any]
     train_pairs: int
     batches_per_epoch: int
     source_lang: str

@@ -48,6 +48,8 @@ from ..config import GradinitConfig, ModelSettings
 from ..errors import LnReproError
 from ..io import atomic_write_csv
 from ..norms import NORMS
+from ..paths import RunFolder
+from ..records import EpochManifest, RunStatus
 
 # One row per model, weight matrix and statistic. ``checkpoint``: init | after_warmup; ``run``, ``epoch`` and
 # ``updates`` name the checkpoint of an after_warmup row (empty, 0, 0 at init).
@@ -263,22 +265,21 @@ def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: 
     return df
 
 
-def warmup_end_checkpoints(manifests: Iterable[Path], run: str, warmup_updates: int) -> dict[int, tuple[Path, dict]]:
+def warmup_end_checkpoints(manifests: Iterable[Path], run: str,
+                           warmup_updates: int) -> dict[int, tuple[Path, EpochManifest]]:
     """Per seed, the first epoch manifest of ``run`` (status ok) whose update count reaches T_warmup."""
-    from ..evaluate.score import _read_manifest
-
-    by_seed: dict[int, list[tuple[Path, dict]]] = {}
+    by_seed: dict[int, list[tuple[Path, EpochManifest]]] = {}
     for path in map(Path, manifests):
-        m = _read_manifest(path)
-        if m.get("run") != run:
-            raise LnReproError(f"{path}: a manifest of run {m.get('run')!r}, expected {run!r}")
-        by_seed.setdefault(int(m["seed"]), []).append((path, m))
+        m = EpochManifest.read(path)
+        if m.run != run:
+            raise LnReproError(f"{path}: a manifest of run {m.run!r}, expected {run!r}")
+        by_seed.setdefault(m.seed, []).append((path, m))
     chosen = {}
     for seed, found in sorted(by_seed.items()):
-        reached = [(path, m) for path, m in sorted(found, key=lambda f: f[1]["epoch"])
-                   if m["status"] == "ok" and m["updates"] >= warmup_updates]
+        reached = [(path, m) for path, m in sorted(found, key=lambda f: f[1].epoch)
+                   if m.status == RunStatus.OK and m.updates >= warmup_updates]
         if not reached:
-            most = max(m["updates"] for _, m in found)
+            most = max(m.updates for _, m in found)
             raise LnReproError(f"{run} seed {seed}: no checkpoint reaches T_warmup = {warmup_updates} updates "
                                f"(the checkpoints reach {most} updates at most)")
         chosen[seed] = reached[0]
@@ -289,7 +290,6 @@ def run_after_warmup(config: GradinitConfig, bpe_dir: Path, manifests: Iterable[
                      threads: int) -> pd.DataFrame:
     """The measurement on ``analysis.gradinit.after_warmup_run``'s checkpoint at the end of warm-up, one per seed
     of ``manifests`` (every epoch manifest of that run), on that seed's batches. Writes ``out_csv``."""
-    from ..evaluate.score import _weights_path
     from ..model import load_model
 
     run, t_warmup = config.gradinit.after_warmup_run, config.warmup_updates
@@ -299,9 +299,9 @@ def run_after_warmup(config: GradinitConfig, bpe_dir: Path, manifests: Iterable[
     job = _Job(config, bpe_dir, threads)
     rows: list[dict[str, Any]] = []
     for seed, (path, m) in warmup_end_checkpoints(manifests, run, t_warmup).items():
-        print(f"gradinit after warm-up: {run} seed {seed}: epoch {m['epoch']} ({m['updates']} updates, "
+        print(f"gradinit after warm-up: {run} seed {seed}: epoch {m.epoch} ({m.updates} updates, "
               f"T_warmup {t_warmup}), {path}", flush=True)
-        model = load_model(_weights_path(path, m))
+        model = load_model(m.weights_file(RunFolder.of_manifest(path).root, path))
         rows += job.rows(model, seed, {"checkpoint": "after_warmup", "norm": model.cfg.norm, "run": run,
-                                       "epoch": int(m["epoch"]), "updates": int(m["updates"])})
+                                       "epoch": m.epoch, "updates": m.updates})
     return _write(rows, out_csv)

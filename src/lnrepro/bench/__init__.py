@@ -2,7 +2,7 @@
 
 Measurements (``--only``): ``train`` the project's training step against a plain-PyTorch reference
 (reference.py) in target tokens/s; ``mfu`` their model FLOP utilization against the matmul peak measured in
-the same run; ``score`` beam-5 decoding with and without the KV cache, and whole scoring jobs; ``prepare``
+the same run; ``score`` beam-5 decoding with and without the KV cache, and the scoring job's work; ``prepare``
 Moses tokenization with one process and with all cores; ``growth`` epoch time against training-set size and
 scoring time against checkpoints. Every A/B pair runs interleaved (A, B, A, B, ...) after a warm-up; the
 tables on stdout give medians, the A/B ratio and the spread, the JSON (``--out``) every repetition.
@@ -179,7 +179,7 @@ def main(args: argparse.Namespace) -> None:
             from .score import measure_scoring
 
             result["score"] = measure_scoring(corpus, small, (weights, info), work, reps, plan.pair_sentences,
-                                              plan.job_sentences, args.threads)
+                                              plan.job_sentences)
             emit(f"scoring ({DECODING['precision']}, beam {DECODING['beam']}, length penalty {DECODING['lenpen']})\n"
                  + tables.scoring(result["score"]))
         if "prepare" in only:
@@ -192,8 +192,8 @@ def main(args: argparse.Namespace) -> None:
 
             result["growth"] = {
                 "epoch": epoch_growth(corpus, list(plan.growth_pairs), reps),
-                "scoring": scoring_growth(corpus, small, weights, info["updates"], list(plan.growth_checkpoints),
-                                          plan.job_sentences, work, args.threads),
+                "scoring": scoring_growth(corpus, small, weights, list(plan.growth_checkpoints), plan.job_sentences,
+                                          work),
             }
             emit("cost growth (training: tiny model, fp32; scoring: the trained-ish model, one job per checkpoint)\n"
                  + tables.growth(result["growth"]))

@@ -1,50 +1,50 @@
-"""Checkpoints for the scoring measurements, saved the way the training loop saves them.
+"""Weights for the scoring measurements, saved the way the training loop saves them.
 
 An untrained model decodes every sentence to the length limit (max_len_b = 200 tokens), which measures the
 worst case, not what scoring a real checkpoint costs. So the bench scores a "trained-ish" model too: the
-small size trained for a few hundred updates with the project's training step, enough to end sentences at
-about the right length. It is trained once per corpus and size and cached. It trains at the bench's thread
-count: more threads than free cores on a shared machine slow an OpenMP step down many times, not up.
-
-On disk as ``lnrepro.train.loop`` writes them: weights ``state/epochs/epochNNN.pt`` = ``weights_blob(model)``
-(atomic torch.save) and the manifest ``epochs/epochNNN.json`` naming them by path relative to the run folder
-with their sha256, which is what ``score_checkpoint`` reads and checks.
+small size trained for a few hundred updates with the project's training step (``train_step``, the optimizer
+training builds, the project's schedule), enough to end sentences at about the right length. It is trained
+once per corpus and size and cached. It trains at the bench's thread count: more threads than free cores on a
+shared machine slow an OpenMP step down many times, not up. The weights are ``weights_blob(model)`` (atomic
+torch.save), what ``lnrepro.model.load_model`` reads.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..io import atomic_torch_save, atomic_write_json, file_sha256, read_json, where_ran
+from ..config.settings import ScheduleSettings
+from ..io import atomic_torch_save, atomic_write_json, read_json
 from ..model import Transformer, weights_blob
+from ..train.optim import build_optimizer, optimizer_of
 from .batches import index_batches, make_batch
 from .corpus import Corpus
-from .sizes import Size
+from .sizes import OPTIM, Size
 from .timing import log, timed
-from .train import SEED, project_optimizer, project_step
+from .train import SEED, project_step
 
-# A short linear warm-up, then inverse square root: the project's isqrt schedule at a scale that trains a
-# Pre-LN model in a few hundred small updates. bf16, as the Multi30k preset trains.
+# A short linear warm-up, then inverse square root with the anchor at its end: the project's isqrt schedule at
+# a scale that trains a Pre-LN model in a few hundred small updates. bf16, as the Multi30k preset trains.
 TRAIN_LR, TRAIN_WARMUP, TRAIN_PRECISION = 1e-3, 50, "bf16"
-
-
-def _lr(t: int) -> float:
-    return TRAIN_LR * min(1.0, t / TRAIN_WARMUP) * min(1.0, (TRAIN_WARMUP / t) ** 0.5 if t else 1.0)
+TRAIN_SCHEDULE = ScheduleSettings(warmup=True, decay="isqrt", warmup_updates=TRAIN_WARMUP,
+                                  anchor_updates=TRAIN_WARMUP, decay_epochs=None, decay_factor=None)
+TRAIN_OPTIM = dataclasses.replace(OPTIM, lr_max=TRAIN_LR)
 
 
 def trained_weights(corpus: Corpus, size: Size, updates: int, max_tokens: int) -> tuple[Path, dict]:
     """The cached weights file of ``size`` trained ``updates`` updates of ``max_tokens``, and its record."""
     torch.manual_seed(SEED)
     model = Transformer(size.config()).train()
-    # The cache key holds the recipe and the model's parameter names and shapes: a changed model retrains.
+    # The cache key holds the recipe, the optimizer and the model's parameter names and shapes: a changed
+    # model or optimizer retrains.
     recipe = {"size": size.name, "updates": updates, "max_tokens": max_tokens, "lr": TRAIN_LR, "warmup": TRAIN_WARMUP,
-              "precision": TRAIN_PRECISION, "seed": SEED,
+              "precision": TRAIN_PRECISION, "seed": SEED, "optimizer": optimizer_of(TRAIN_OPTIM).implementation,
               "parameters": [[k, list(v.shape)] for k, v in model.state_dict().items()]}
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:10]
     folder = corpus.root / "checkpoints" / f"{size.name}-{updates}u-{key}"
@@ -54,7 +54,7 @@ def trained_weights(corpus: Corpus, size: Size, updates: int, max_tokens: int) -
     src, tgt = corpus.pairs(size.vocab, "train")
     batches = index_batches(src, tgt, max_tokens, SEED)
     order = np.random.RandomState(SEED).permutation(len(batches)).tolist()
-    opt = project_optimizer(model)
+    opt = build_optimizer(model, TRAIN_OPTIM)
     log(f"training the trained-ish {size.name} checkpoint: {updates} updates of {max_tokens} tokens "
         f"(once; cached in {folder})")
 
@@ -63,7 +63,7 @@ def trained_weights(corpus: Corpus, size: Size, updates: int, max_tokens: int) -
         for t in range(updates):
             idx = batches[order[t % len(batches)]]
             batch = make_batch([src[i] for i in idx], [tgt[i] for i in idx])
-            losses.append(project_step(model, opt, batch, TRAIN_PRECISION, lr=_lr(t)))
+            losses.append(project_step(model, opt, batch, TRAIN_PRECISION, t, TRAIN_SCHEDULE, TRAIN_OPTIM))
         return losses
 
     losses, seconds = timed(train)
@@ -81,20 +81,3 @@ def untrained_weights(size: Size, folder: Path) -> Path:
     path = folder / f"untrained-{size.name}.pt"
     atomic_torch_save(weights_blob(Transformer(size.config())), path)
     return path
-
-
-def write_run(run_dir: Path, weights: Path, epochs: int, updates: int) -> list[Path]:
-    """A run folder with ``epochs`` epoch checkpoints (copies of ``weights``) and their manifests."""
-    manifests = []
-    for ep in range(1, epochs + 1):
-        path = run_dir / "state" / "epochs" / f"epoch{ep:03d}.pt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(weights, path)
-        manifest = run_dir / "epochs" / f"epoch{ep:03d}.json"
-        atomic_write_json(manifest, {
-            "epoch": ep, "status": "ok", "weights": str(path.relative_to(run_dir)), "sha256": file_sha256(path),
-            "updates": updates, "wall_s": 0.0, "partial": False, "run": "bench", "seed": SEED,
-            "config_sha256": None, "where_ran": where_ran(),
-        })
-        manifests.append(manifest)
-    return manifests

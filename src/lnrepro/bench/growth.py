@@ -4,8 +4,8 @@ Both should grow linearly; the per-unit cost printed at each size (seconds per 1
 tokens, per checkpoint) makes a superlinear term visible as a rising column. Training uses the small (demo)
 model so that three epoch sizes fit in seconds, fp32 as config.yaml's default precision; an epoch is the
 loop's: every batch of the set once, in the loop's epoch order, plus building the batches (collation),
-which the loop does once per run. Scoring repeats whole score_checkpoint jobs, one per checkpoint, as the
-pipeline's rule does.
+which the loop does once per run. Scoring repeats one scoring job's work per checkpoint (loading it and the
+split, scoring's core), as the pipeline runs one job per checkpoint.
 """
 
 from __future__ import annotations
@@ -14,15 +14,12 @@ from pathlib import Path
 
 import torch
 
-from ..evaluate.score import score_checkpoint
-from ..io import atomic_write_json
 from ..model import Transformer
 from ..train.batching import epoch_order
 from .batches import index_batches, make_batch
-from .checkpoints import write_run
 from .corpus import Corpus
-from .score import first_test_sentences
-from .sizes import MAX_TOKENS, SIZES, Size, eval_slice
+from .score import first_test_sentences, scoring_job
+from .sizes import MAX_TOKENS, SIZES, Size
 from .timing import interleave, log, summary, timed
 from .train import SEED, project_optimizer, project_step
 
@@ -61,23 +58,15 @@ def epoch_growth(corpus: Corpus, pair_counts: list[int], reps: int) -> list[dict
     return rows
 
 
-def scoring_growth(corpus: Corpus, size: Size, weights: Path, updates: int, counts: list[int], sentences: int,
-                   work: Path, threads: int) -> list[dict]:
-    """Total wall-clock of scoring 1, 2, ... checkpoints (one score_checkpoint job each) on a test subset."""
+def scoring_growth(corpus: Corpus, size: Size, weights: Path, counts: list[int], sentences: int,
+                   work: Path) -> list[dict]:
+    """Total wall-clock of scoring 1, 2, ... checkpoints (one scoring job's work each) on a test subset."""
     sub_bpe, sub_prep = first_test_sentences(corpus.bpe(size.vocab), corpus.prepared, sentences, work / "growth-subset")
     rows = []
     for count in counts:
-        run_dir = work / f"growth-{count}"
-        manifests = write_run(run_dir, weights, count, updates)
-        eval_json = run_dir / "eval.json"
-        atomic_write_json(eval_json, eval_slice(["test"]))
         log(f"growth: scoring {count} checkpoint(s) on {sentences} test sentences")
-
-        def score_all() -> None:
-            for m in manifests:
-                score_checkpoint(m, eval_json, sub_bpe, sub_prep, run_dir / "eval" / f"{m.stem}.json", threads)
-
-        _, total = timed(score_all)
+        _, total = timed(lambda: [scoring_job(f"checkpoint {i + 1}", weights, sub_bpe, sub_prep, ["test"])
+                                  for i in range(count)])
         rows.append({"checkpoints": count, "sentences_each": sentences, "total_s": total,
                      "s_per_checkpoint": total / count})
     return rows

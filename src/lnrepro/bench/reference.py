@@ -67,7 +67,9 @@ class ReferenceTransformer(nn.Module):
 
 
 def reference_optimizer(model: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), **OPTIM)
+    """torch.optim.AdamW with the documentation's defaults (the foreach implementation) and the bench's settings."""
+    return torch.optim.AdamW(model.parameters(), lr=OPTIM.lr_max, betas=OPTIM.betas, eps=OPTIM.eps,
+                             weight_decay=OPTIM.weight_decay)
 
 
 def reference_step(model: nn.Module, opt: torch.optim.Optimizer, src: torch.Tensor, prev: torch.Tensor,

@@ -1,4 +1,4 @@
-"""Scoring: beam-5 decoding with the KV cache against the uncached decoder, and the whole scoring job.
+"""Scoring: beam-5 decoding with the KV cache against the uncached decoder, and the whole scoring work.
 
 The pair: ``lnrepro.evaluate.search.translate`` with ``cached=True`` (what scoring runs) and ``cached=False``
 (search.py's own uncached path: the decoder re-runs over the whole prefix at every step, as an implementation
@@ -6,9 +6,10 @@ without incremental state does), on the same model and sentences, outputs compar
 the trained-ish model only: an untrained one decodes every sentence to the 200-token limit, where the uncached
 decoder's cost grows with the square of the length and one repetition takes minutes.
 
-The job: ``lnrepro.evaluate.score.score_checkpoint`` on a checkpoint saved as training saves it, with the
-eval settings of config.yaml (beam 5, length penalty 1.2, fp32): the trained-ish model on valid + test (what
-one ``score_checkpoint`` rule costs), and trained-ish against untrained on the first test sentences.
+The job: what one ``score_checkpoint`` job does, in memory: load the weights and the splits, then scoring's
+core ``lnrepro.evaluate.score.score`` with the eval settings of config.yaml (beam 5, length penalty 1.2, fp32);
+the trained-ish model on valid + test (what one ``score_checkpoint`` rule costs), and trained-ish against
+untrained on the first test sentences. The job's own file writing (a JSON and the hypotheses) is left out.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-from ..config.settings import SplitDecoding
-from ..evaluate.score import decode_options, score_checkpoint
+from ..config.settings import ScoreSettings, SplitDecoding
+from ..evaluate.score import decode_options, keep_freed_memory, read_scoring_data, score
 from ..evaluate.search import translate
-from ..io import atomic_write_json, atomic_write_lines, read_lines
+from ..io import atomic_write_lines, read_lines
 from ..model import load_model
-from .checkpoints import untrained_weights, write_run
+from .checkpoints import untrained_weights
 from .corpus import Corpus
 from .sizes import DECODING, EVAL_MAX_TOKENS, EVAL_SPLITS, Size, eval_slice
 from .timing import ab, interleave, log, timed
@@ -59,17 +60,18 @@ def first_test_sentences(bpe_dir: Path, prepared: Path, n: int, dest: Path) -> t
     return sub_bpe, sub_prep
 
 
-def scoring_job(label: str, weights: Path, updates: int, bpe_dir: Path, prepared: Path, splits: list[str],
-                work: Path, threads: int) -> dict:
-    """Wall-clock of one score_checkpoint call (loading, validation loss, decoding, BLEU, writing)."""
-    run_dir = work / label
-    (manifest,) = write_run(run_dir, weights, 1, updates)
-    eval_json = run_dir / "eval.json"
-    atomic_write_json(eval_json, eval_slice(splits))
-    log(f"scoring job ({label}): score_checkpoint on {', '.join(splits)}")
-    result, wall = timed(lambda: score_checkpoint(manifest, eval_json, bpe_dir, prepared,
-                                                  run_dir / "eval" / "epoch001.json", threads))
-    per_split = {s: {k: result["splits"][s][k] for k in ("sentences", "decode_s", "sent_per_s", "bleu_tok")}
+def scoring_job(label: str, weights: Path, bpe_dir: Path, prepared: Path, splits: list[str]) -> dict:
+    """Wall-clock of one scoring job's work: loading the weights and the splits, the validation loss, decoding
+    and BLEU (scoring's core, as ``score_checkpoint`` calls it)."""
+    settings = ScoreSettings.from_dict(eval_slice(splits), "the bench's scoring slice")
+
+    def job():
+        model = load_model(weights)
+        return score(model, settings, read_scoring_data(bpe_dir, prepared, splits, model.cfg.vocab_size), label)
+
+    log(f"scoring job ({label}): load, then score on {', '.join(splits)}")
+    result, wall = timed(job)
+    per_split = {s: {k: getattr(result.splits[s], k) for k in ("sentences", "decode_s", "sent_per_s", "bleu_tok")}
                  for s in splits}
     sentences = sum(v["sentences"] for v in per_split.values())
     return {"model": label, "splits": per_split, "sentences": sentences, "wall_s": wall,
@@ -77,9 +79,10 @@ def scoring_job(label: str, weights: Path, updates: int, bpe_dir: Path, prepared
 
 
 def measure_scoring(corpus: Corpus, size: Size, trained: tuple[Path, dict], work: Path, reps: int,
-                    pair_sentences: int, job_sentences: int, threads: int) -> dict:
+                    pair_sentences: int, job_sentences: int) -> dict:
     """The beam pair on the trained-ish model, the full job, and trained-ish vs untrained on a test subset."""
     weights, info = trained
+    keep_freed_memory()  # as the scoring job does
     bpe_dir = corpus.bpe(size.vocab)
     test_src, _ = corpus.pairs(size.vocab, "test")
     out = {"size": size.name, "decode": dataclasses.asdict(DECODE), "trained": info,
@@ -87,9 +90,8 @@ def measure_scoring(corpus: Corpus, size: Size, trained: tuple[Path, dict], work
     sub_bpe, sub_prep = first_test_sentences(bpe_dir, corpus.prepared, job_sentences, work / "test-subset")
     untrained = untrained_weights(size, work)
     out["jobs"] = [
-        scoring_job("trained-ish", weights, info["updates"], bpe_dir, corpus.prepared, list(EVAL_SPLITS),
-                    work, threads),
-        scoring_job("trained-ish-subset", weights, info["updates"], sub_bpe, sub_prep, ["test"], work, threads),
-        scoring_job("untrained-subset", untrained, 0, sub_bpe, sub_prep, ["test"], work, threads),
+        scoring_job("trained-ish", weights, bpe_dir, corpus.prepared, list(EVAL_SPLITS)),
+        scoring_job("trained-ish-subset", weights, sub_bpe, sub_prep, ["test"]),
+        scoring_job("untrained-subset", untrained, sub_bpe, sub_prep, ["test"]),
     ]
     return out

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
+from ..config.settings import OptimSettings, ScheduleSettings
+
 if TYPE_CHECKING:  # lnrepro.model imports torch; the CLI reads SIZES to build its parser without it
     from ..model import ModelConfig
 
@@ -41,9 +43,14 @@ SIZES: dict[str, Size] = {
                                "ffn_dim": 128}, "demo preset: 2+2 layers, d_model 64, 4 heads, FFN 128"),
 }
 
-# config.yaml defaults.optim: torch.optim.AdamW as the training loop builds it, and the label smoothing
-OPTIM = {"lr": 5e-4, "betas": (0.9, 0.98), "eps": 1e-8, "weight_decay": 1e-4}
-LABEL_SMOOTHING = 0.1
+# config.yaml defaults.optim: the optimizer the training loop builds from it (build_optimizer), the label smoothing
+OPTIM = OptimSettings(name="adamw", lr_max=5e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=1e-4, clip_norm=0.0,
+                      label_smoothing=0.1)
+LABEL_SMOOTHING = OPTIM.label_smoothing
+# The bench's updates run at lr_max: a constant schedule (training's schedules are timed the same: lr_at is
+# evaluated once per update)
+CONSTANT = ScheduleSettings(warmup=False, decay="constant", warmup_updates=None, anchor_updates=None,
+                            decay_epochs=None, decay_factor=None)
 MAX_TOKENS = 4096  # config.yaml defaults.train.max_tokens (the paper's batch)
 BATCH_MULTIPLE = 8  # train.required_batch_size_multiple
 # config.yaml defaults.eval (the Multi30k preset keeps it): every split decoded alike, both splits scored

@@ -1,57 +1,44 @@
 """Training throughput: the project's training step against the reference, on identical real batches.
 
-The project's step is the one ``lnrepro.train.loop`` runs (``_Trainer.run``), statement for statement: set the
-learning rate, forward under bf16 autocast (or none), ``label_smoothed_nll_loss`` outside autocast, the one
-loss sync the divergence check needs, ``zero_grad(set_to_none=True)``, backward of loss / target tokens,
-``AdamW.step``. Left out, as a few percent at most: the gradient norms the loop computes every ``log_every``
-(100) updates, and clipping (``clip_norm`` 0 by default). The loop has no step function of its own to import,
-so the statements are mirrored here; keep them in step with loop.py.
+The project's step is the one ``lnrepro.train.loop`` runs: ``lnrepro.train.step.train_step`` with the optimizer
+``lnrepro.train.optim.build_optimizer`` builds from the bench's ``optim`` settings (config.yaml's defaults:
+fused AdamW), at a constant learning rate. Left out, as a few percent at most: the gradient norms the loop
+asks of every ``log_every``-th (100th) update (``inspect``); clipping is off (``clip_norm`` 0, the default).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
 
+from ..config.settings import OptimSettings, ScheduleSettings
 from ..errors import LnReproError
 from ..model import Transformer
-from ..train.loss import label_smoothed_nll_loss
+from ..train.optim import build_optimizer
+from ..train.step import StepSettings, train_step
 from .batches import Batch, padded_fraction, sample_batches
 from .corpus import Corpus
 from .reference import ReferenceTransformer, reference_optimizer, reference_step
-from .sizes import LABEL_SMOOTHING, MAX_TOKENS, OPTIM, Size
+from .sizes import CONSTANT, MAX_TOKENS, OPTIM, Size
 from .timing import ab, interleave, log
 
 SEED = 1
 
 
 def project_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-    """torch.optim.AdamW as the loop builds it (default foreach implementation, decoupled weight decay)."""
-    return torch.optim.AdamW(model.parameters(), **OPTIM)
+    """The optimizer training builds from the bench's optim settings."""
+    return build_optimizer(model, OPTIM)
 
 
-def autocast(precision: str) -> contextlib.AbstractContextManager:
-    """The loop's autocast: bf16 on the CPU, or nothing for fp32."""
-    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
-
-
-def project_step(model: Transformer, opt: torch.optim.Optimizer, batch: Batch, precision: str,
-                 lr: float = OPTIM["lr"]) -> float:
-    """One training update exactly as the loop does it; returns the loss per target token."""
-    for group in opt.param_groups:
-        group["lr"] = lr
-    with autocast(precision):
-        logits = model(batch.src, batch.prev)
-    loss_sum, _ = label_smoothed_nll_loss(logits, batch.target, LABEL_SMOOTHING)
-    loss = float(loss_sum.detach()) / batch.ntok  # the loop's one sync per update (divergence check)
-    if not math.isfinite(loss):
-        raise LnReproError(f"bench: non-finite training loss ({loss}) at lr {lr}")
-    opt.zero_grad(set_to_none=True)
-    (loss_sum / batch.ntok).backward()
-    opt.step()
-    return loss
+def project_step(model: Transformer, opt: torch.optim.Optimizer, batch: Batch, precision: str, t: int = 0,
+                 schedule: ScheduleSettings = CONSTANT, optim: OptimSettings = OPTIM) -> float:
+    """Update ``t`` (of epoch 1) on ``batch`` with training's ``train_step``; returns the loss per target
+    token. A non-finite loss is an error (no divergence limit otherwise)."""
+    step = train_step(model, opt, batch, t, 1, StepSettings(optim, schedule, precision, diverge_loss=math.inf))
+    if not step.stepped:
+        raise LnReproError(f"bench: non-finite training loss ({step.loss}) at lr {step.lr}")
+    return step.loss
 
 
 def measure_training(corpus: Corpus, sizes: list[Size], precisions: list[str], reps: int,

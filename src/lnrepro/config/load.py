@@ -1,10 +1,10 @@
 """Loading the configuration: merge the YAML layers, validate once, resolve runs into typed settings.
 
 Validation is two steps run together, once, when the config is loaded (by the Snakefile or the CLI): the JSON
-schema (``workflow/schemas/config.schema.yaml``, with the norm variants filled in from ``lnrepro.norms``) and
-``check_semantics`` for what a schema cannot say (cross-references, equal epochs, a decay epoch within the
-training, a width the heads divide, grid references and names, an after-warm-up run with warm-up, an earlier
-budget before the last epoch). Nothing downstream validates again.
+schema (``workflow/schemas/config.schema.yaml``, with the norm variants filled in from ``lnrepro.norms`` and the
+optimizers from ``lnrepro.train.optim``) and ``check_semantics`` for what a schema cannot say (cross-references,
+equal epochs, a decay epoch within the training, a width the heads divide, grid references and names, an
+after-warm-up run with warm-up, an earlier budget before the last epoch). Nothing downstream validates again.
 
 A grid (``grids:``) is expanded here, when runs are resolved, into runs named
 ``{base}__{key}={value}__...``; everything downstream sees them as runs. See docs/architecture.md.
@@ -27,6 +27,7 @@ from ..errors import LnReproError
 from ..norms import NORMS
 from ..paths import DOWNLOADS
 from ..stages import WORKER_RULES
+from ..train.optim import OPTIMIZERS
 from .settings import (
     FACTOR_KEYS,
     AnalysisSettings,
@@ -69,10 +70,11 @@ def deep_merge(base: dict, delta: dict) -> dict:
 
 
 def load_schema() -> dict:
-    """The config schema, with the enums that registries own filled in (norm variants, factors)."""
+    """The config schema, with the enums that registries own filled in (norm variants, optimizers, factors)."""
     with open(SCHEMA_PATH, encoding="utf-8") as f:
         schema = yaml.safe_load(f)
     schema["$defs"]["model"]["properties"]["norm"] = {"enum": list(NORMS)}
+    schema["$defs"]["optim"]["properties"]["name"] = {"enum": list(OPTIMIZERS)}
     comparison = schema["properties"]["comparisons"]["additionalProperties"]
     comparison["properties"]["factor"] = {"enum": list(FACTOR_KEYS)}
     # A grid's keys are the run settings, dotted; each takes a list of what that setting takes.

@@ -125,6 +125,9 @@ class ModelSettings(Section):
 
 @dataclass(frozen=True)
 class OptimSettings(Section):
+    """The optimizer (``name``: one of ``lnrepro.train.optim.OPTIMIZERS``) and its settings."""
+
+    name: str
     lr_max: float
     betas: tuple[float, float]
     eps: float

@@ -1,11 +1,15 @@
 """Score one checkpoint: validation loss, decoding, tokenized BLEU and sacreBLEU on each split of its slice.
 
-``score_checkpoint`` is the job of the ``score_checkpoint`` rules. It reads one epoch manifest and its group's
-scoring slice (``eval.json`` or ``eval_{splits}.json``: ``lnrepro.config.settings.ScoreSettings``, the splits
-due at that epoch with each split's decoding, validated when the config was loaded) and writes
-``eval/epochNNN.json`` plus ``eval/epochNNN.{split}.hyp`` for each of those splits (the tokenized, lowercased
-hypotheses, one per source line, in input order: the text tokenized BLEU scores; sacreBLEU scores their
-Moses-detokenized form). Fields: docs/outputs.md.
+``score(model, settings, data)`` is the in-memory core: a model, a scoring slice (``ScoreSettings``: the splits
+with each split's decoding) and the splits' encoded sentences and references (``ScoringData``) in, one
+``lnrepro.records.SplitScores`` and the hypotheses per split out. The bench calls it as it is.
+
+``score_checkpoint`` is the job of the ``score_checkpoint`` rules, a shell around the core. It reads one epoch
+manifest and its group's scoring slice (``eval.json`` or ``eval_{splits}.json``, validated when the config was
+loaded), loads the weights the manifest names (their sha256 checked) and the splits, scores, and writes
+``eval/epochNNN.json`` (``lnrepro.records.CheckpointScores``) plus ``eval/epochNNN.{split}.hyp`` for each of
+those splits (the tokenized, lowercased hypotheses, one per source line, in input order: the text tokenized
+BLEU scores; sacreBLEU scores their Moses-detokenized form). Fields: docs/outputs.md.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import ctypes.util
 import dataclasses
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +27,17 @@ import torch
 
 from ..config.settings import ScoreSettings, SplitDecoding
 from ..errors import LnReproError
-from ..io import atomic_write_json, atomic_write_lines, cpu_name, file_sha256, read_json, read_lines, where_ran
+from ..io import atomic_write_lines, cpu_name, read_lines, where_ran
+from ..paths import RunFolder
+from ..records import CheckpointScores, EpochManifest, RunStatus, SplitScores
+from ..train.batching import collate, read_ids
+from ..train.loss import label_smoothed_nll_loss
 from ..vocab import PAD
 from .bleu import detok_sacrebleu, ids_to_text, load_spm, tokenized_bleu
 from .search import DecodeOptions, length_batches, translate
 
-__all__ = ["score_checkpoint", "validation_loss", "decode_options"]
+__all__ = ["ScoringData", "Scores", "SplitData", "decode_options", "read_scoring_data", "score", "score_checkpoint",
+           "validation_loss"]
 
 LN2 = math.log(2.0)
 _LINE_BREAKS = {ord(c): " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
@@ -57,29 +67,6 @@ def decode_options(split: SplitDecoding, max_tokens: int) -> DecodeOptions:
                          max_tokens=max_tokens, precision=split.precision)
 
 
-def _read_manifest(manifest: Path) -> dict:
-    m = read_json(manifest)
-    if not isinstance(m, dict) or "status" not in m or "epoch" not in m:
-        raise LnReproError(f"{manifest}: not an epoch manifest (expected keys 'epoch', 'status', 'weights', 'sha256')")
-    if m["status"] not in ("ok", "diverged", "stopped"):
-        raise LnReproError(f"{manifest}: status {m['status']!r}; expected 'ok', 'diverged' or 'stopped'")
-    return m
-
-
-def _weights_path(manifest: Path, m: dict) -> Path:
-    """The manifest's weights, relative to the run dir (manifest = run_dir/epochs/epochNNN.json), sha256-checked."""
-    if not m.get("weights") or not m.get("sha256"):
-        raise LnReproError(f"{manifest}: status 'ok' but 'weights' or 'sha256' is missing")
-    path = manifest.resolve().parent.parent / m["weights"]
-    if not path.is_file():
-        raise LnReproError(f"{path}: weights file named by {manifest} not found")
-    digest = file_sha256(path)
-    if digest != m["sha256"]:
-        raise LnReproError(f"{path}: corrupt checkpoint (sha256 {digest[:12]}... but {manifest} records "
-                           f"{str(m['sha256'])[:12]}...)")
-    return path
-
-
 @torch.no_grad()
 def validation_loss(model: torch.nn.Module, src: list[list[int]], tgt: list[list[int]], eps: float,
                     max_tokens: int, precision: str = "fp32") -> dict:
@@ -88,9 +75,6 @@ def validation_loss(model: torch.nn.Module, src: list[list[int]], tgt: list[list
     fairseq's validation loss: sums over the split divided by the number of target tokens (sample_size
     without --sentence-avg); fairseq logs them divided by ln 2 (base 2).
     """
-    from ..train.batching import collate
-    from ..train.loss import label_smoothed_nll_loss
-
     device = next(model.parameters()).device
     model.eval()
     loss_sum = nll_sum = 0.0
@@ -112,65 +96,44 @@ def validation_loss(model: torch.nn.Module, src: list[list[int]], tgt: list[list
     return {"loss": loss, "nll": nll, "loss_base2": loss / LN2, "nll_base2": nll / LN2, "tokens": ntok}
 
 
-def _hyp_path(out_json: Path, split: str) -> Path:
-    """eval/epochNNN.json -> eval/epochNNN.{split}.hyp (the rule's declared outputs)."""
-    return out_json.parent / f"{out_json.stem}.{split}.hyp"
+@dataclass(frozen=True)
+class SplitData:
+    """One split's encoded sentences and its references: the prepared (tokenized, lowercased) text tokenized
+    BLEU compares with, and the raw text sacreBLEU does; ``ref_file``, ``raw_file`` name them in messages."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    refs: list[str]
+    raw: list[str]
+    ref_file: str
+    raw_file: str
 
 
-def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_dir: Path, out_json: Path,
-                     threads: int) -> dict:
-    """Evaluate the checkpoint a manifest names on every split of its scoring slice, each with its decoding;
-    write out_json and the splits' .hyp files."""
-    t0 = time.perf_counter()
-    manifest, eval_json, bpe_dir, prepared_dir, out_json = map(Path, (manifest, eval_json, bpe_dir, prepared_dir,
-                                                                     out_json))
-    torch.set_num_threads(max(1, int(threads)))
-    keep_freed_memory()
-    settings = ScoreSettings.read(eval_json)
-    options = {split: decode_options(s, settings.max_tokens) for split, s in settings.splits.items()}
-    m = _read_manifest(manifest)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    splits = list(settings.splits)
-    result: dict[str, Any] = {
-        "epoch": int(m["epoch"]),
-        "status": m["status"],
-        "run": m.get("run"),
-        "seed": m.get("seed"),
-        "updates": m.get("updates"),
-        "weights": m.get("weights"),
-        "weights_sha256": m.get("sha256"),
-        "manifest": str(manifest),
-        "decode": {split: dataclasses.asdict(opts) for split, opts in options.items()},
-        "label_smoothing": settings.label_smoothing,
-        "threads": int(threads),
-        "torch": torch.__version__,
-        "where_ran": where_ran(dev_name),
-    }
+@dataclass(frozen=True)
+class ScoringData:
+    """What scoring reads besides the model: the sentencepiece model (hypotheses to text) and the splits."""
 
-    if m["status"] != "ok":
-        # diverged (or stopped early): nothing to decode; the declared .hyp outputs exist and are empty
-        for split in splits:
-            atomic_write_lines(_hyp_path(out_json, split), [])
-        result["splits"] = {split: None for split in splits}
-        result["wall_s"] = time.perf_counter() - t0
-        atomic_write_json(out_json, result)
-        return result
+    sp: Any  # sentencepiece.SentencePieceProcessor
+    splits: dict[str, SplitData]
 
-    from ..model import load_model
-    from ..train.batching import read_ids
 
-    weights = _weights_path(manifest, m)
-    sp = load_spm(bpe_dir / "spm.model")
-    model = load_model(weights, device=device)
-    result["model_config"] = dataclasses.asdict(model.cfg)
+@dataclass(frozen=True)
+class Scores:
+    """The core's result: per split its scores and its hypotheses (text, one per source sentence)."""
 
-    per_split: dict[str, Any] = {}
-    hyp_lines: dict[str, list[str]] = {}
-    for split, opts in options.items():
+    splits: dict[str, SplitScores]
+    hypotheses: dict[str, list[str]]
+
+
+def read_scoring_data(bpe_dir: Path, prepared_dir: Path, splits: list[str], vocab_size: int) -> ScoringData:
+    """``spm.model``, ``{split}.{de,en}.ids`` and ``data/prepared/{split}.en``, ``{split}.raw.en`` of each split;
+    line counts that differ or are zero are an error naming the files."""
+    bpe_dir, prepared_dir = Path(bpe_dir), Path(prepared_dir)
+    out: dict[str, SplitData] = {}
+    for split in splits:
         src_path, tgt_path = bpe_dir / f"{split}.de.ids", bpe_dir / f"{split}.en.ids"
         ref_path, raw_path = prepared_dir / f"{split}.en", prepared_dir / f"{split}.raw.en"
-        src, tgt = read_ids(src_path, model.cfg.vocab_size), read_ids(tgt_path, model.cfg.vocab_size)
+        src, tgt = read_ids(src_path, vocab_size), read_ids(tgt_path, vocab_size)
         try:
             refs, raw = read_lines(ref_path), read_lines(raw_path)
         except FileNotFoundError as e:
@@ -179,36 +142,79 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
         if len(set(counts.values())) != 1 or not src:
             raise LnReproError(f"split '{split}': line counts differ or are zero: "
                                + ", ".join(f"{p}={n}" for p, n in counts.items()))
+        out[split] = SplitData(src, tgt, refs, raw, str(ref_path), str(raw_path))
+    return ScoringData(load_spm(bpe_dir / "spm.model"), out)
 
-        losses = validation_loss(model, src, tgt, settings.label_smoothing, opts.max_tokens, opts.precision)
+
+def score(model: torch.nn.Module, settings: ScoreSettings, data: ScoringData, label: str = "") -> Scores:
+    """Score ``model`` on every split of ``settings`` with that split's decoding: the validation loss, the
+    search (timed alone), tokenized BLEU and sacreBLEU. ``label`` prefixes the progress bars."""
+    device = next(model.parameters()).device
+    per_split: dict[str, SplitScores] = {}
+    hypotheses: dict[str, list[str]] = {}
+    for split, decoding in settings.splits.items():
+        opts, d = decode_options(decoding, settings.max_tokens), data.splits[split]
+        losses = validation_loss(model, d.src, d.tgt, settings.label_smoothing, opts.max_tokens, opts.precision)
         if device.type == "cuda":
             torch.cuda.synchronize()
         td = time.perf_counter()
-        out_ids = translate(model, src, opts, desc=f"epoch{int(m['epoch']):03d} {split}")
+        out_ids = translate(model, d.src, opts, desc=f"{label} {split}".strip())
         if device.type == "cuda":
             torch.cuda.synchronize()
         decode_s = time.perf_counter() - td
         # a generated byte sequence could decode to a line-break character; keep one hypothesis per line
-        hyps = [" ".join(ids_to_text(sp, ids).translate(_LINE_BREAKS).split()) for ids in out_ids]
-        tok = tokenized_bleu(hyps, refs, what=f"{ref_path}")
-        sac = detok_sacrebleu(hyps, raw, what=f"{raw_path}")
-        hyp_lines[split] = hyps
-        per_split[split] = {
+        hyps = [" ".join(ids_to_text(data.sp, ids).translate(_LINE_BREAKS).split()) for ids in out_ids]
+        tok = tokenized_bleu(hyps, d.refs, what=d.ref_file)
+        sac = detok_sacrebleu(hyps, d.raw, what=d.raw_file)
+        hypotheses[split] = hyps
+        per_split[split] = SplitScores(
             **{k: losses[k] for k in ("loss", "nll", "loss_base2", "nll_base2")},
-            "target_tokens": losses["tokens"],
-            "bleu_tok": tok.score,
-            "bleu_tok_detail": tok.as_dict(),
-            "sacrebleu": sac.score,
-            "sacrebleu_signature": sac.signature,
-            "sacrebleu_detail": sac.as_dict(),
-            "sentences": len(src),
-            "decode_s": decode_s,
-            "sent_per_s": len(src) / decode_s if decode_s > 0 else None,
-        }
+            target_tokens=losses["tokens"], bleu_tok=tok.score, bleu_tok_detail=tok.as_dict(),
+            sacrebleu=sac.score, sacrebleu_signature=sac.signature, sacrebleu_detail=sac.as_dict(),
+            sentences=len(d.src), decode_s=decode_s, sent_per_s=len(d.src) / decode_s if decode_s > 0 else None)
+    return Scores(per_split, hypotheses)
 
-    for split, hyps in hyp_lines.items():
-        atomic_write_lines(_hyp_path(out_json, split), hyps)
-    result["splits"] = per_split
-    result["wall_s"] = time.perf_counter() - t0
-    atomic_write_json(out_json, result)
-    return result
+
+def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_dir: Path, out_json: Path,
+                     threads: int) -> CheckpointScores:
+    """Evaluate the checkpoint a manifest names on every split of its scoring slice, each with its decoding;
+    write out_json and the splits' .hyp files beside it."""
+    from ..model import load_model
+
+    t0 = time.perf_counter()
+    manifest, eval_json, bpe_dir, prepared_dir, out_json = map(Path, (manifest, eval_json, bpe_dir, prepared_dir,
+                                                                     out_json))
+    torch.set_num_threads(max(1, int(threads)))
+    keep_freed_memory()
+    settings = ScoreSettings.read(eval_json)
+    m = EpochManifest.read(manifest)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    splits = list(settings.splits)
+    common: dict[str, Any] = {
+        "epoch": m.epoch, "status": m.status, "run": m.run, "seed": m.seed, "updates": m.updates,
+        "weights": m.weights, "weights_sha256": m.sha256, "manifest": str(manifest),
+        "decode": {split: dataclasses.asdict(decode_options(s, settings.max_tokens))
+                   for split, s in settings.splits.items()},
+        "label_smoothing": settings.label_smoothing, "threads": int(threads), "torch": torch.__version__,
+        "where_ran": where_ran(dev_name),
+    }
+
+    if m.status != RunStatus.OK:
+        # diverged (or stopped early): nothing to decode; the declared .hyp outputs exist and are empty
+        for split in splits:
+            atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), [])
+        record = CheckpointScores(**common, splits={split: None for split in splits},
+                                  wall_s=time.perf_counter() - t0)
+        record.write(out_json)
+        return record
+
+    model = load_model(m.weights_file(RunFolder.of_manifest(manifest).root, manifest), device=device)
+    data = read_scoring_data(bpe_dir, prepared_dir, splits, model.cfg.vocab_size)
+    scores = score(model, settings, data, label=f"epoch{m.epoch:03d}")
+    for split, hyps in scores.hypotheses.items():
+        atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), hyps)
+    record = CheckpointScores(**common, model_config=dataclasses.asdict(model.cfg), splits=scores.splits,
+                              wall_s=time.perf_counter() - t0)
+    record.write(out_json)
+    return record

@@ -35,6 +35,8 @@ from typing import Any, Iterator
 import torch
 
 from ..errors import LnReproError
+from ..paths import RunFolder
+from ..records import EpochManifest
 from ..io import (atomic_path, atomic_write_bytes, atomic_write_json, file_sha256, finite_json, naming_full_disk,
                   read_json, torch_save_file)
 
@@ -72,19 +74,19 @@ class StateDir:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
-        self.root = self.run_dir / "state"
+        self.folder = RunFolder(str(self.run_dir))
+        self.root = Path(self.folder.state)
         self.lock_file = self.root / "lock"
         self.last = self.root / "last.pt"
         self.prev = self.root / "prev.pt"
         self.digest_file = self.root / "digest.json"
         self.finished = self.root / "finished.json"
         self.log = self.root / "log.jsonl"
-        self.epochs = self.root / "epochs"
         self.outputs = self.root / "outputs"
         self.resumed_from: str | None = None  # the file prepare() resumed from
 
     def epoch_weights(self, epoch: int) -> Path:
-        return self.epochs / f"epoch{epoch:03d}.pt"
+        return Path(self.folder.epoch_weights(epoch))
 
     @contextmanager
     def locked(self) -> Iterator[StateDir]:
@@ -140,10 +142,16 @@ class StateDir:
                 return False
             outputs[name] = data
         for name, data in outputs.items():
-            manifest = json.loads(data) if name.startswith("epochs/") else {}
-            weights = manifest.get("weights")
+            if not RunFolder().is_epoch_manifest(name):
+                continue
+            try:
+                manifest = EpochManifest.from_dict(json.loads(data), str(self.outputs / name))
+            except LnReproError as e:
+                say(f"{e}; training this run again")
+                return False
+            weights = manifest.weights
             if weights and (not (self.run_dir / weights).exists()
-                            or file_sha256(self.run_dir / weights) != manifest["sha256"]):
+                            or file_sha256(self.run_dir / weights) != manifest.sha256):
                 say(f"{self.run_dir / weights}: missing or not the weights {name} lists; training this run again")
                 return False
         write_outputs(self.run_dir, outputs)

@@ -20,23 +20,33 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tqdm import tqdm
 
 from ..errors import LnReproError
 from ..config import RunConfig
-from ..io import atomic_torch_save, cpu_name, file_sha256, json_text, where_ran
+from ..io import atomic_torch_save, cpu_name, file_sha256, finite_json, where_ran
 from ..model import Transformer, weights_blob
+from ..paths import RunFolder
+from ..records import Divergence, EpochManifest, RunRecord, RunStatus, RunSummary
 from ..vocab import PAD
 from .batching import batch_by_size, collate, epoch_order, read_ids
-from .checkpoint import RunLog, StateDir, capture_rng, finite_json, restore_rng, run_digest, write_outputs
-from .gradstats import layer_grad_norms, total_grad_norm
-from .loss import label_smoothed_nll_loss
-from .schedule import lr_at
+from .checkpoint import RunLog, StateDir, capture_rng, restore_rng, run_digest, write_outputs
+from .optim import build_optimizer, optimizer_of, optimizer_settings
+from .step import StepSettings, train_step
 
 SRC_LANG, TGT_LANG = "de", "en"  # the paper's direction, De -> En
+
+
+class Batch(NamedTuple):
+    """One collated training batch and its target tokens (padding excluded): what ``train_step`` takes."""
+
+    src: torch.Tensor
+    prev: torch.Tensor
+    target: torch.Tensor
+    ntok: int
 
 
 def vocab_size(spm_model: Path) -> int:
@@ -98,14 +108,13 @@ def _load_pairs(bpe_dir: Path, max_positions: int, vocab_size: int) -> tuple[lis
 class _Trainer:
     """Holds the run's objects; ``run()`` trains from the resumed position to the end, or until divergence."""
 
-    def __init__(self, run_dir: Path, config_json: Path, bpe_dir: Path, threads: int, state_dir: StateDir,
+    def __init__(self, config_json: Path, bpe_dir: Path, threads: int, state_dir: StateDir,
                  digest: dict[str, Any]) -> None:
         self.t_start = time.time()
-        self.run_dir, self.config_json, self.bpe_dir, self.threads = Path(run_dir), Path(config_json), Path(bpe_dir), threads
+        self.bpe_dir, self.threads = Path(bpe_dir), threads
         self.cfg = RunConfig.read(config_json)
         cfg = self.cfg
-        self.seed, self.sched, self.train = cfg.seed, cfg.schedule, cfg.train
-        self.lr_max, self.label_smoothing, self.clip_norm = cfg.optim.lr_max, cfg.optim.label_smoothing, cfg.optim.clip_norm
+        self.seed, self.train, self.step_settings = cfg.seed, cfg.train, StepSettings.of(cfg)
         self.epochs = self.train.epochs
 
         torch.set_num_threads(threads)
@@ -124,28 +133,23 @@ class _Trainer:
         self.num_pairs = len(src)
         index_batches = batch_by_size([len(s) for s in src], [len(t) for t in tgt], self.train.max_tokens, self.seed,
                                       self.train.required_batch_size_multiple)
-        self.batches = []
+        self.batches: list[Batch] = []
         for idx in index_batches:
             s, p, t = collate([src[i] for i in idx], [tgt[i] for i in idx])
-            self.batches.append((s, p, t, int(t.ne(PAD).sum())))
+            self.batches.append(Batch(s, p, t, int(t.ne(PAD).sum())))
 
         # Model and optimizer. Init under the run's seed, as fairseq seeds torch before building the model.
         torch.manual_seed(self.seed)
         if self.device.type == "cuda":
             torch.cuda.manual_seed_all(self.seed)
         self.model = Transformer(self.mcfg).to(self.device)
-        # torch.optim.AdamW = fairseq's Adam with decoupled weight decay (p -= lr * wd * p before the Adam step)
-        # on every parameter. Difference: AdamW adds eps after the bias correction, fairseq before it; at eps=1e-8
-        # this is negligible. The fused implementation (one pass over each parameter instead of the default
-        # foreach's dozen passes over all of them; +2.8% tokens/s at the paper size, bf16) is deterministic.
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=0.0, betas=cfg.optim.betas,
-                                           eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay, fused=True)
+        self.optimizer = build_optimizer(self.model, cfg.optim)
         self.update = 0  # updates done (fairseq num_updates); the next update is t = self.update
         self.epoch, self.pos = 1, 0  # epoch in progress (from 1) and batches of it done
         self.train_s = 0.0  # training time of the retained work (restored on resume)
         self.tokens_done = 0  # target tokens of the retained updates
         self.epoch_records: list[dict[str, Any]] = []
-        self.end: dict[str, Any] | None = None  # {"reason": "completed"|"diverged"|"max_updates", ...}
+        self.end: dict[str, Any] | None = None  # {"reason": a RunStatus's value of RunSummary.STATUSES, ...}
         self.last_loss: dict[str, Any] = {}
         self.bar: tqdm | None = None  # the epoch's progress bar
         if self.resume is not None:
@@ -157,8 +161,6 @@ class _Trainer:
             self.tokens_done = r["tokens_done"]
             self.last_loss = r.get("last_loss", {})
             restore_rng(r["rng"])
-        self.autocast = (torch.autocast(self.device.type, dtype=torch.bfloat16) if self.train.precision == "bf16"
-                         else contextlib.nullcontext())
         self.log.write({"kind": "attempt", "attempt": self.attempt, "resumed_update": self.update,
                         "resumed_epoch": self.epoch, "resumed_pos": self.pos,
                         "resumed_from": self.state_dir.resumed_from, "startup_s": time.time() - self.t_start,
@@ -177,7 +179,7 @@ class _Trainer:
     def _end_epoch(self, partial: bool) -> None:
         path = self.state_dir.epoch_weights(self.epoch)
         atomic_torch_save(weights_blob(self.model), path)
-        rec = {"epoch": self.epoch, "status": "ok", "weights": str(path.relative_to(self.run_dir)),
+        rec = {"epoch": self.epoch, "status": RunStatus.OK.value, "weights": RunFolder().epoch_weights(self.epoch),
                "sha256": file_sha256(path), "updates": self.update, "wall_s": self.train_s, "partial": partial}
         self.epoch_records.append(rec)
         self.log.write({"kind": "epoch", "attempt": self.attempt, **rec,
@@ -187,7 +189,6 @@ class _Trainer:
 
     def run(self) -> None:
         model, opt, nb = self.model, self.optimizer, len(self.batches)
-        params = [p for p in model.parameters()]
         model.train()
         while self.end is None and self.epoch <= self.epochs:
             order = epoch_order(nb, self.seed, self.epoch)
@@ -197,33 +198,19 @@ class _Trainer:
                                   leave=True, dynamic_ncols=True)
             while self.pos < nb:
                 t0 = time.perf_counter()
-                src, prev, target, ntok = self.batches[order[self.pos]]
-                src, prev, target = (x.to(self.device, non_blocking=True) for x in (src, prev, target))
-                lr = lr_at(self.update, self.epoch, self.sched, self.lr_max)
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                with self.autocast:
-                    logits = model(src, prev)
-                loss_sum, nll_sum = label_smoothed_nll_loss(logits, target, self.label_smoothing)
-                loss = float(loss_sum.detach()) / ntok  # one sync per update: needed for the divergence check
-                if not math.isfinite(loss) or loss > self.train.diverge_loss:
+                batch = self.batches[order[self.pos]]
+                ntok = batch.ntok
+                batch = Batch(*(x.to(self.device, non_blocking=True) for x in batch[:3]), ntok)
+                logged = (self.update + 1) % self.train.log_every == 0 or self.pos + 1 == nb
+                step = train_step(model, opt, batch, self.update, self.epoch, self.step_settings, inspect=logged)
+                lr, loss = step.lr, step.loss
+                if not step.stepped:
                     reason = "non-finite loss" if not math.isfinite(loss) else \
                         f"loss {loss:.4g} > train.diverge_loss {self.train.diverge_loss:g}"
-                    self.end = {"reason": "diverged", "update": self.update + 1, "epoch": self.epoch,
+                    self.end = {"reason": RunStatus.DIVERGED.value, "update": self.update + 1, "epoch": self.epoch,
                                 "detail": reason, "loss": loss if math.isfinite(loss) else None, "lr": lr}
                     self.log.write({"kind": "diverged", "attempt": self.attempt, **self.end, "time": time.time()})
                     break
-                opt.zero_grad(set_to_none=True)
-                (loss_sum / ntok).backward()  # fairseq: gradient divided by the number of target tokens
-                logged = (self.update + 1) % self.train.log_every == 0 or self.pos + 1 == nb
-                gnorm = None
-                if self.clip_norm > 0:
-                    gnorm = float(torch.nn.utils.clip_grad_norm_(params, self.clip_norm))
-                record = None
-                if logged:
-                    record = {"grad_norm": gnorm if gnorm is not None else total_grad_norm(params),
-                              "grad_norms": layer_grad_norms(model)}
-                opt.step()
                 self.update += 1
                 self.pos += 1
                 self.train_s += time.perf_counter() - t0
@@ -231,29 +218,30 @@ class _Trainer:
                 tok_since += ntok
                 self.tokens_done += ntok
                 bar.update(1)
-                if record is not None:
+                if logged:
                     now = time.perf_counter()
-                    nll = float(nll_sum.detach()) / ntok
+                    nll = float(step.nll_sum) / ntok
                     self.last_loss = {"loss": loss, "nll": nll, "update": self.update}
                     self.log.write({"kind": "step", "attempt": self.attempt, "update": self.update,
                                     "epoch": self.epoch, "loss": loss, "nll": nll, "lr": lr, "lrs": lrs,
                                     "target_tokens": ntok, "tokens_per_s": tok_since / max(now - t_since, 1e-9),
-                                    **record, "train_s": self.train_s, "wall_s": time.time() - self.t_start,
+                                    "grad_norm": step.grad_norm, "grad_norms": step.grad_norms,
+                                    "train_s": self.train_s, "wall_s": time.time() - self.t_start,
                                     "time": time.time()})
                     bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", refresh=False)
                     lrs, tok_since, t_since = [], 0, now
                 if self.train.max_updates and self.update >= self.train.max_updates:
-                    self.end = {"reason": "max_updates", "update": self.update, "epoch": self.epoch}
+                    self.end = {"reason": RunStatus.MAX_UPDATES.value, "update": self.update, "epoch": self.epoch}
                     break
                 if self.update % self.train.checkpoint_every == 0 and self.pos < nb:
                     self._save_last()
             bar.close()
-            if self.end is not None and self.end["reason"] == "diverged":
+            if self.end is not None and self.end["reason"] == RunStatus.DIVERGED:
                 self._save_last()
                 break
             self._end_epoch(partial=self.pos < nb)
             if self.end is None and self.epoch == self.epochs:
-                self.end = {"reason": "completed", "update": self.update, "epoch": self.epoch}
+                self.end = {"reason": RunStatus.COMPLETED.value, "update": self.update, "epoch": self.epoch}
             if self.end is None:
                 self.epoch, self.pos = self.epoch + 1, 0
             self._save_last()
@@ -269,22 +257,24 @@ class _Trainer:
     def outputs(self) -> dict[str, bytes]:
         """The declared outputs' bytes by name relative to the run directory, manifests first, summary last."""
         out: dict[str, bytes] = {}
+        names = RunFolder()
         records = self.log.records()
         ran = where_ran(device_name(self.device))
         done = {r["epoch"]: r for r in self.epoch_records}
-        end = self.end or {"reason": "completed"}
+        end = self.end or {"reason": RunStatus.COMPLETED.value}
+        diverged = end["reason"] == RunStatus.DIVERGED
+        config_sha256 = self.digest["parts"]["config.json"]
         for ep in range(1, self.epochs + 1):
+            own = {"run": self.cfg.run, "seed": self.seed, "config_sha256": config_sha256, "where_ran": ran}
             if ep in done:
-                manifest = dict(done[ep])
+                manifest = EpochManifest.from_dict({**done[ep], **own})
             else:
-                status = "diverged" if end["reason"] == "diverged" else "stopped"
-                manifest = {"epoch": ep, "status": status, "weights": None, "sha256": None,
-                            "updates": self.update, "wall_s": self.train_s, "partial": False,
-                            "reason": end.get("detail", end["reason"])}
-            manifest.update({"run": self.cfg.run, "seed": self.seed,
-                             "config_sha256": self.digest["parts"]["config.json"], "where_ran": ran})
-            out[f"epochs/epoch{ep:03d}.json"] = json_text(manifest).encode()
-        out["train.jsonl"] = "".join(json.dumps(finite_json(r)) + "\n" for r in records).encode()
+                manifest = EpochManifest(
+                    epoch=ep, status=RunStatus.DIVERGED if diverged else RunStatus.STOPPED, weights=None,
+                    sha256=None, updates=self.update, wall_s=self.train_s, partial=False,
+                    reason=end.get("detail", end["reason"]), **own)
+            out[names.epoch_manifest(ep)] = manifest.text().encode()
+        out[names.train_jsonl] = "".join(json.dumps(finite_json(r)) + "\n" for r in records).encode()
         # Wall-clock of every attempt: the newest time stamp each attempt logged, minus its start.
         attempt_wall: dict[int, float] = {}
         for r in records:
@@ -293,34 +283,28 @@ class _Trainer:
                 attempt_wall[r["attempt"]] = max(attempt_wall.get(r["attempt"], 0.0), w)
         attempt_wall[self.attempt] = time.time() - self.t_start
         commit, dirty = git_commit()
-        out["run.json"] = json_text(finite_json({
-            "run": self.cfg.run, "seed": self.seed, "config": self.cfg.to_dict(),
-            "config_sha256": self.digest["parts"]["config.json"], "inputs_sha256": self.digest["parts"],
-            "state_digest": self.digest["digest"], "model_config": dataclasses.asdict(self.mcfg),
-            "num_params": self.model.num_params(), "torch_version": torch.__version__,
-            "python_version": platform.python_version(), "device": self.device.type,
-            "device_name": device_name(self.device), "threads": self.threads, "precision": self.train.precision,
-            "optimizer": "torch.optim.AdamW (fused; decoupled weight decay, as fairseq's Adam)",
-            "train_pairs": self.num_pairs, "batches_per_epoch": len(self.batches),
-            "source_lang": SRC_LANG, "target_lang": TGT_LANG,
-            "git_commit": commit, "git_dirty": dirty, "attempts": self.attempt, "where_ran": ran,
-        })).encode()
-        target_tokens = sum(b[3] for b in self.batches)
-        epochs_full = sum(1 for r in self.epoch_records if not r.get("partial"))
-        out["summary.json"] = json_text(finite_json({
-            "run": self.cfg.run, "seed": self.seed, "status": end["reason"],
-            "final_loss": self.last_loss.get("loss"), "final_nll": self.last_loss.get("nll"),
-            "final_loss_update": self.last_loss.get("update"),
-            "updates": self.update, "epochs_completed": epochs_full, "epochs": self.epochs,
-            "diverged": ({k: end.get(k) for k in ("update", "epoch", "detail", "loss", "lr")}
-                         if end["reason"] == "diverged" else None),
-            "train_s": self.train_s, "wall_s_all_attempts": sum(attempt_wall.values()),
-            "attempts": self.attempt,
-            "target_tokens_per_epoch": target_tokens,
-            "target_tokens_trained": self.tokens_done,
-            "tokens_per_s": self.tokens_done / self.train_s if self.train_s > 0 else None,
-            "where_ran": ran,
-        })).encode()
+        out[names.run_json] = RunRecord(
+            run=self.cfg.run, seed=self.seed, config=self.cfg.to_dict(), config_sha256=config_sha256,
+            inputs_sha256=self.digest["parts"], state_digest=self.digest["digest"],
+            model_config=dataclasses.asdict(self.mcfg), num_params=self.model.num_params(),
+            torch_version=torch.__version__, python_version=platform.python_version(), device=self.device.type,
+            device_name=device_name(self.device), threads=self.threads, precision=self.train.precision,
+            optimizer=optimizer_of(self.cfg.optim).implementation,
+            optimizer_settings=optimizer_settings(self.cfg.optim), train_pairs=self.num_pairs,
+            batches_per_epoch=len(self.batches), source_lang=SRC_LANG, target_lang=TGT_LANG,
+            git_commit=commit, git_dirty=dirty, attempts=self.attempt, where_ran=ran,
+        ).text().encode()
+        out[names.summary] = RunSummary(
+            run=self.cfg.run, seed=self.seed, status=RunStatus(end["reason"]),
+            final_loss=self.last_loss.get("loss"), final_nll=self.last_loss.get("nll"),
+            final_loss_update=self.last_loss.get("update"),
+            updates=self.update, epochs_completed=sum(1 for r in self.epoch_records if not r.get("partial")),
+            epochs=self.epochs,
+            diverged=Divergence(**{k: end.get(k) for k in ("update", "epoch", "detail", "loss", "lr")}) if diverged else None,
+            train_s=self.train_s, wall_s_all_attempts=sum(attempt_wall.values()), attempts=self.attempt,
+            target_tokens_per_epoch=sum(b.ntok for b in self.batches), target_tokens_trained=self.tokens_done,
+            tokens_per_s=self.tokens_done / self.train_s if self.train_s > 0 else None, where_ran=ran,
+        ).text().encode()
         return out
 
 
@@ -332,7 +316,7 @@ def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int) -> 
         digest = run_digest(config_json, training_inputs(bpe_dir))
         if state_dir.restore_finished(digest):
             return
-        trainer = _Trainer(run_dir, config_json, bpe_dir, threads, state_dir, digest)
+        trainer = _Trainer(config_json, bpe_dir, threads, state_dir, digest)
         try:
             trainer.run()
             trainer.log.write({"kind": "finished", "attempt": trainer.attempt,
