@@ -2,7 +2,7 @@
 
 The project's step is the one the training loop runs: ``lnrepro.train.step.train_step`` (``Transformer(cfg)(src,
 prev)`` under the precision's autocast, ``label_smoothed_nll_loss``, the divergence check's one sync, backward of
-the loss per target token, the optimizer's step) with the optimizer ``lnrepro.train.optim.build_optimizer``
+the loss per target token, the optimizer's step) with the optimizer ``lnrepro.optimizers.build_optimizer``
 builds (fused AdamW).
 The reference is the step a user would write: ``torch.nn.Transformer(batch_first=True, norm_first=True)`` with
 token embeddings, sinusoidal positions and a tied output projection, ``F.cross_entropy(label_smoothing=0.1,
@@ -42,7 +42,7 @@ from lnrepro.bench.sizes import CONSTANT
 from lnrepro.config.settings import OptimSettings
 from lnrepro.model import ModelConfig, Transformer
 from lnrepro.train.batching import batch_by_size, collate, read_ids
-from lnrepro.train.optim import build_optimizer
+from lnrepro.optimizers import build_optimizer
 from lnrepro.train.step import StepSettings, train_step
 from lnrepro.vocab import EOS, PAD
 

@@ -16,7 +16,7 @@ from lnrepro.errors import LnReproError
 from lnrepro.model import ModelConfig, Transformer
 from lnrepro.train.batching import collate
 from lnrepro.train.loop import Batch
-from lnrepro.train.optim import OPTIMIZERS, build_optimizer, optimizer_settings
+from lnrepro.optimizers import OPTIMIZERS, build_optimizer, optimizer_settings
 from lnrepro.train.step import StepSettings, train_step
 
 torch.set_num_threads(1)
@@ -35,7 +35,7 @@ def _model_and_batch() -> tuple[Transformer, Batch]:
 
 
 def test_the_names_are_read_without_torch_and_fill_the_schema():
-    code = "import sys, lnrepro.train.optim as o, lnrepro.config; assert 'torch' not in sys.modules; print(list(o.OPTIMIZERS))"
+    code = "import sys, lnrepro.optimizers as o, lnrepro.config; assert 'torch' not in sys.modules; print(list(o.OPTIMIZERS))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "['adamw']"
     assert load_schema()["$defs"]["optim"]["properties"]["name"] == {"enum": list(OPTIMIZERS)}

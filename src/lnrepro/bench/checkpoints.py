@@ -22,7 +22,7 @@ import torch
 from ..config.settings import ScheduleSettings
 from ..io import atomic_torch_save, atomic_write_json, read_json
 from ..model import Transformer, weights_blob
-from ..train.optim import build_optimizer, optimizer_of
+from ..optimizers import build_optimizer, optimizer_of
 from .batches import index_batches, make_batch
 from .corpus import Corpus
 from .sizes import OPTIM, Size

@@ -1,7 +1,7 @@
 """Training throughput: the project's training step against the reference, on identical real batches.
 
 The project's step is the one ``lnrepro.train.loop`` runs: ``lnrepro.train.step.train_step`` with the optimizer
-``lnrepro.train.optim.build_optimizer`` builds from the bench's ``optim`` settings (config.yaml's defaults:
+``lnrepro.optimizers.build_optimizer`` builds from the bench's ``optim`` settings (config.yaml's defaults:
 fused AdamW), at a constant learning rate. Left out, as a few percent at most: the gradient norms the loop
 asks of every ``log_every``-th (100th) update (``inspect``); clipping is off (``clip_norm`` 0, the default).
 """
@@ -15,7 +15,7 @@ import torch
 from ..config.settings import OptimSettings, ScheduleSettings
 from ..errors import LnReproError
 from ..model import Transformer
-from ..train.optim import build_optimizer
+from ..optimizers import build_optimizer
 from ..train.step import StepSettings, train_step
 from .batches import Batch, padded_fraction, sample_batches
 from .corpus import Corpus

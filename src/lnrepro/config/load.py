@@ -2,7 +2,7 @@
 
 Validation is two steps run together, once, when the config is loaded (by the Snakefile or the CLI): the JSON
 schema (``workflow/schemas/config.schema.yaml``, with the norm variants filled in from ``lnrepro.norms`` and the
-optimizers from ``lnrepro.train.optim``) and ``check_semantics`` for what a schema cannot say (cross-references,
+optimizers from ``lnrepro.optimizers``) and ``check_semantics`` for what a schema cannot say (cross-references,
 equal epochs, a decay epoch within the training, a width the heads divide, grid references and names, an
 after-warm-up run with warm-up, an earlier budget before the last epoch). Nothing downstream validates again.
 
@@ -27,7 +27,7 @@ from ..errors import LnReproError
 from ..norms import NORMS
 from ..paths import DOWNLOADS
 from ..stages import WORKER_RULES
-from ..train.optim import OPTIMIZERS
+from ..optimizers import OPTIMIZERS
 from .settings import (
     FACTOR_KEYS,
     AnalysisSettings,

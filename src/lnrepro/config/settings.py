@@ -125,7 +125,7 @@ class ModelSettings(Section):
 
 @dataclass(frozen=True)
 class OptimSettings(Section):
-    """The optimizer (``name``: one of ``lnrepro.train.optim.OPTIMIZERS``) and its settings."""
+    """The optimizer (``name``: one of ``lnrepro.optimizers.OPTIMIZERS``) and its settings."""
 
     name: str
     lr_max: float

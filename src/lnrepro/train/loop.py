@@ -34,7 +34,7 @@ from ..records import Divergence, EpochManifest, RunRecord, RunStatus, RunSummar
 from ..vocab import PAD
 from .batching import batch_by_size, collate, epoch_order, read_ids
 from .checkpoint import RunLog, StateDir, capture_rng, restore_rng, run_digest, write_outputs
-from .optim import build_optimizer, optimizer_of, optimizer_settings
+from ..optimizers import build_optimizer, optimizer_of, optimizer_settings
 from .step import StepSettings, train_step
 
 SRC_LANG, TGT_LANG = "de", "en"  # the paper's direction, De -> En

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
-from ..errors import LnReproError
+from .errors import LnReproError
 
 if TYPE_CHECKING:  # torch only for the annotations: the registry's names are read without it
     import torch
