@@ -8,6 +8,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import socket
 import tempfile
 from contextlib import contextmanager
@@ -56,9 +57,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; outputs get the permissions a plain open() would give
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the permissions a plain open() would give
     tmp_path = Path(tmp)
     try:
         with naming_full_disk(path):
@@ -66,6 +65,48 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``path``; when the block succeeds, the folder takes ``path``'s
+    place (the old one renamed aside, the new one renamed in, the old one removed), so ``path`` holds wholly
+    its old or wholly its new files. When the block fails, the temporary folder is removed and ``path`` is
+    left as it was. An OSError becomes one LnReproError naming the path that could not be written."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the folder a plain mkdir's permissions
+    except OSError as e:
+        raise LnReproError(f"{e.filename or path.parent}: cannot write there ({e.strerror}); {path} was left "
+                           "as it was") from e
+    old = tmp.with_name(tmp.name.removesuffix(".tmp") + ".old")
+    try:
+        with naming_full_disk(path):
+            yield tmp
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except OSError as e:
+        if old.exists() and not path.exists():
+            os.replace(old, path)
+        raise LnReproError(f"{e.filename or path}: cannot write it ({e.strerror}); {path} was left as it "
+                           "was") from e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        if old.exists():
+            shutil.rmtree(old)
+    except OSError as e:
+        raise LnReproError(f"{e.filename}: cannot remove it ({e.strerror}); {path} holds the new files, "
+                           f"delete {old} by hand") from e
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

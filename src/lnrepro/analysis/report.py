@@ -27,7 +27,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from ..config.settings import Experiment
-from ..io import atomic_write_csv, atomic_write_text, where_ran
+from ..io import atomic_directory, atomic_write_csv, atomic_write_text, where_ran
 from ..norms import NORMS
 from ..paper import DEVIATIONS
 from . import views as vw
@@ -273,12 +273,14 @@ def render(page: Page) -> str:
 
 def make_report(exp_dir: Path, experiment: Experiment, out_dir: Path) -> Path:
     """Build ``out_dir`` (results/{exp}/report/): tables/*.csv, confounds.md, figures/*.png, index.html.
-    Returns the path of index.html."""
+    Returns the path of index.html. The report is written into a folder beside ``out_dir`` that replaces it
+    whole (``io.atomic_directory``): a failure leaves the previous report as it was, tables included (under
+    Snakemake, which deletes the declared page and figures first, the tables stay wholly the old ones)."""
     out_dir = Path(out_dir)
     data = build(read_results(exp_dir, experiment), experiment)
-    tables = {name: atomic_write_csv(out_dir / "tables" / f"{name}.csv", df) for name, df in data.tables().items()}
-    write_confounds(data.confounds, out_dir / "confounds.md")
-    page = Page(data, out_dir, tables, make_figures(data, out_dir / "figures"))
-    index = out_dir / "index.html"
-    atomic_write_text(index, render(page))
-    return index
+    with atomic_directory(out_dir) as staging:
+        tables = {name: atomic_write_csv(staging / "tables" / f"{name}.csv", df) for name, df in data.tables().items()}
+        write_confounds(data.confounds, staging / "confounds.md")
+        page = Page(data, staging, tables, make_figures(data, staging / "figures"))
+        atomic_write_text(staging / "index.html", render(page))
+    return out_dir / "index.html"

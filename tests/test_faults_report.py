@@ -1,0 +1,67 @@
+"""Fault suite, report (issue 20): a report that cannot be written leaves the previous one whole, with one
+message naming the path; under Snakemake (which deletes the declared page and figures first) the tables end
+wholly old."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import lnrepro.analysis.report as report_module
+from conftest import copy_run, snakemake
+from lnrepro.analysis.report import make_report
+from lnrepro.errors import LnReproError
+from test_faults_dag import DEMO_PAIR
+from test_report import make_tree
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_failed_report_leaves_the_previous_one_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    exp_dir, exp = make_tree(tmp_path)
+    out = exp_dir / "report"
+    make_report(exp_dir, exp, out)
+    before = _files(out)
+
+    def refuse(data, folder: Path):  # the figures' folder cannot be written (a full or read-only disk)
+        raise PermissionError(13, "Permission denied", str(folder / "figure4_vs_epoch.png"))
+
+    monkeypatch.setattr(report_module, "make_figures", refuse)
+    with pytest.raises(LnReproError, match=r"figure4_vs_epoch\.png: cannot write it \(Permission denied\); "
+                                           rf"{out} was left as it was") as e:
+        make_report(exp_dir, exp, out)
+    assert "\n" not in str(e.value)
+    assert _files(out) == before  # tables, figures, page and confounds all the old ones
+    assert sorted(p.name for p in exp_dir.iterdir() if p.name.startswith(".report")) == []  # no staging left
+
+
+@pytest.fixture
+def immutable(tmp_path: Path):
+    """Make a folder immutable (chattr +i: not even root may add entries to it), undone after the test."""
+    made: list[Path] = []
+
+    def make(folder: Path) -> None:
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not available on this file system")
+        made.append(folder)
+
+    yield make
+    for folder in made:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_snakemake_report_that_cannot_be_written_keeps_the_old_tables(demo_pair_run, tmp_path: Path,
+                                                                      immutable) -> None:
+    run = copy_run(demo_pair_run, tmp_path)
+    tables = _files(run.exp_dir / "report" / "tables")
+    immutable(run.exp_dir)  # the report's folder can be neither replaced nor staged beside
+    proc = snakemake(run.workdir, "--cores", "1", "--configfile", *DEMO_PAIR, "--forcerun", "make_report", check=False)
+    assert proc.returncode != 0
+    log = (run.exp_dir / "logs" / "make_report.log").read_text()
+    errors = [line for line in log.splitlines() if line.startswith("lnrepro report: error: ")]
+    assert len(errors) == 1 and "cannot write there" in errors[0] and "Traceback" not in log, log
+    assert _files(run.exp_dir / "report" / "tables") == tables
