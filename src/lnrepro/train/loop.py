@@ -134,6 +134,8 @@ class _Trainer:
         if self.device.type == "cuda":
             torch.cuda.manual_seed_all(self.seed)
         self.model = Transformer(self.mcfg).to(self.device)
+        # The variant's data-dependent initialization, on the first update's batch (a resumed state replaces it).
+        self.model.init_from_data(self.batches[epoch_order(len(self.batches), self.seed, 1)[0]][:3])
         # torch.optim.AdamW = fairseq's Adam with decoupled weight decay (p -= lr * wd * p before the Adam step)
         # on every parameter. Difference: AdamW adds eps after the bias correction, fairseq before it; at eps=1e-8
         # this is negligible. The fused implementation (one pass over each parameter instead of the default
