@@ -183,3 +183,19 @@ def test_added_variant_builds_trains_and_runs_gradinit(gated, bpe_dir, tmp_path)
     assert counts["gated"] == counts["post"] == counts["pre"] == 3 * 5 * 16 * 2
     assert (table.loc[table["norm"] == "gated", "value"] > 0).all()
     assert plot_gradinit(df, tmp_path / "gradinit.png").stat().st_size > 0  # the figure draws it too
+
+
+def test_added_variant_trains_through_the_loop(gated, bpe_dir, tmp_path):
+    """The training loop builds it and calls its data hook once, on a training batch, before the first update."""
+    import json
+
+    from lnrepro.train.loop import train_run
+    from test_train import write_config
+
+    config = write_config(tmp_path / "config.json", max_updates=1, epochs=1, max_tokens=128)
+    cfg = json.loads(config.read_text())
+    cfg["model"]["norm"] = "gated"
+    config.write_text(json.dumps(cfg))
+    train_run(tmp_path / "run", config, bpe_dir, threads=1)
+    assert len(GatedResidual.data_calls) == 1
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["updates"] == 1
