@@ -78,7 +78,7 @@ def test_registry_holds_the_papers_two_equations():
     assert list(NORMS)[:2] == ["post", "pre"]  # the order figures and tables use
     post, pre = norm_variant("post"), norm_variant("pre")
     assert (post.label, post.final_norm, post.differences) == ("Post-LN", False, ())
-    assert (pre.label, pre.final_norm, pre.differences) == ("Pre-LN", True, ())  # fairseq: final LN iff normalize_before
+    assert (pre.label, pre.final_norm, pre.differences) == ("Pre-LN", True, ())  # final LN iff normalize_before
     torch.manual_seed(0)
     x = torch.randn(2, 3, 8)
     f = torch.nn.Linear(8, 8)

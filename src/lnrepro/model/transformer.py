@@ -14,7 +14,8 @@ description in ``lnrepro.norms``. docs/architecture.md describes how the pieces 
   zero bias.
 - fairseq/modules/transformer_layer.py (0.9.0): ``TransformerEncoderLayer``/``TransformerDecoderLayer``:
   each sublayer is ``residual = x; [LN if pre]; x = F(x); dropout; x = residual + x; [LN if post]``
-  (the variant's ``Residual.forward``; fairseq's LayerNorm names kept: ``RESIDUAL_NAMES``); the FFN is fc1 -> ReLU -> dropout(activation_dropout) -> fc2.
+  (the variant's ``Residual.forward``, registered under fairseq's LayerNorm names: ``RESIDUAL_NAMES``); the FFN
+  is fc1 -> ReLU -> dropout(activation_dropout) -> fc2.
 - fairseq/modules/multihead_attention.py (0.9.0): separate q/k/v projections, Xavier-uniform with gain
   1/sqrt(2) (PyTorch's default bias init kept), out_proj Xavier-uniform with zero bias, q scaled by
   head_dim^-0.5, dropout on the attention probabilities; in incremental decoding the self-attention keys/values
@@ -77,7 +78,7 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    norm: str = "post"  # a name registered in lnrepro.norms.NORMS: "post" (Post-LN) or "pre" (Pre-LN)
+    norm: str = "post"  # a variant registered in lnrepro.norms.NORMS: "post" (Post-LN), "pre" (Pre-LN), ...
     share_decoder_embeddings: bool = True  # decoder input embedding == output projection
     share_all_embeddings: bool = False  # one embedding for encoder, decoder and output
     max_positions: int = 1024
