@@ -30,6 +30,7 @@ from lnrepro.errors import LnReproError
 from lnrepro.io import atomic_torch_save, atomic_write_json, file_sha256
 from lnrepro.model import Transformer
 from lnrepro.model.transformer import weights_blob
+from lnrepro.norms import NORMS
 
 torch.set_num_threads(1)
 
@@ -98,7 +99,7 @@ def test_rows_for_every_layer_depth_seed_and_norm(table):
     df, out, _ = table
     assert list(df.columns) == CSV_COLUMNS
     assert pd.read_csv(out).shape == df.shape  # written, and readable back
-    assert set(df["norm"]) == {"post", "pre"} and set(df["seed"]) == {1, 2, 3} and set(df["depth"]) == {2, 3}
+    assert set(df["norm"]) == set(NORMS) and set(df["seed"]) == {1, 2, 3} and set(df["depth"]) == {2, 3}
     assert set(df["checkpoint"]) == {"init"} and set(df["statistic"]) == set(STATISTICS)
     per = df.groupby(["norm", "depth", "seed", "stack"])["layer"].apply(lambda s: sorted(set(s)))
     assert all(v == list(range(depth)) for (_, depth, _, _), v in per.items())
@@ -107,8 +108,8 @@ def test_rows_for_every_layer_depth_seed_and_norm(table):
     attn = {"q_proj", "k_proj", "v_proj", "out_proj"}
     assert enc == {("self_attn", p) for p in attn} | {("ffn", "fc1"), ("ffn", "fc2")}
     assert dec == enc | {("encoder_attn", p) for p in attn}
-    # 2 norms x 3 seeds x (2 + 3 layers) x (6 enc + 10 dec matrices) x 2 statistics
-    assert len(df) == 2 * 3 * (2 + 3) * 16 * 2
+    # every registered norm x 3 seeds x (2 + 3 layers) x (6 enc + 10 dec matrices) x 2 statistics
+    assert len(df) == len(NORMS) * 3 * (2 + 3) * 16 * 2
     assert np.isfinite(df["value"]).all() and (df["value"] > 0).all() and (df["noise"] > 0).all()
     assert set(df["dropout"]) == {False} and set(df["batches"]) == {2} and set(df["label_smoothing"]) == {0.0}
     assert set(df["d_model"]) == {16} and set(df["precision"]) == {"fp32"}
@@ -185,7 +186,7 @@ def test_fit_table_from_gradinit_rows(table):
     assert list(fit.columns) == FIT_COLUMNS
     pd.testing.assert_frame_equal(fit, fit_depths(df).reset_index(drop=True), check_dtype=False, atol=1e-5)
     top = headline(fit).set_index("norm")
-    assert set(top.index) == {"post", "pre"} and set(top["layer"]) == {"last"} and set(top["param"]) == {"fc2"}
+    assert set(top.index) == set(NORMS) and set(top["layer"]) == {"last"} and set(top["param"]) == {"fc2"}
     assert top.loc["post", "theory_b"] == 0.0 and top.loc["pre", "theory_b"] == -0.5
     assert set(top["depths"]) == {"2;3"} and set(top["seeds"]) == {"1;2;3"} and set(top["n"]) == {6}
     assert (top["b_low"] <= top["b"]).all() and (top["b"] <= top["b_high"]).all()

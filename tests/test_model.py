@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from lnrepro.model import ModelConfig, Transformer, load_model, sinusoidal_table, weights_blob
+from lnrepro.model.variants import LayerNormResidual
 from lnrepro.vocab import EOS, PAD
 
 torch.set_num_threads(1)
@@ -33,9 +34,10 @@ def test_encoder_block_ln_placement(norm):
     m = tiny(norm)
     layer = m.encoder_layers[0]
     x = torch.randn(2, 5, 32)
-    ln1, ln2, attn, ffn = layer.self_attn_layer_norm, layer.final_layer_norm, layer.self_attn, layer.ffn
+    res1, res2, attn, ffn = layer.self_attn_layer_norm, layer.final_layer_norm, layer.self_attn, layer.ffn
+    ln1, ln2 = res1.norm, res2.norm  # the residual modules' LayerNorms (fairseq's names)
     with torch.no_grad():
-        ln1.weight.uniform_(0.5, 1.5), ln1.bias.normal_(), ln2.weight.uniform_(0.5, 1.5), ln2.bias.normal_()
+        res1.weight.uniform_(0.5, 1.5), res1.bias.normal_(), res2.weight.uniform_(0.5, 1.5), res2.bias.normal_()
         if norm == "post":  # x = LN(x + F(x))
             h = ln1(x + attn(x))
             expected = ln2(h + ffn(h))
@@ -53,7 +55,7 @@ def test_decoder_block_ln_placement(norm):
     from lnrepro.model import EncoderOut
 
     enc = EncoderOut(mem, None)
-    l1, l2, l3 = layer.self_attn_layer_norm, layer.encoder_attn_layer_norm, layer.final_layer_norm
+    l1, l2, l3 = layer.self_attn_layer_norm.norm, layer.encoder_attn_layer_norm.norm, layer.final_layer_norm.norm
     sa = lambda h: layer.self_attn(h, causal=True)  # noqa: E731
     ca = lambda h: layer.encoder_attn(h, memory=mem)  # noqa: E731
     with torch.no_grad():
@@ -117,7 +119,7 @@ def test_initialization_statistics():
             assert fc.weight.abs().max() <= bound and fc.weight.abs().max() > 0.99 * bound
             assert torch.all(fc.bias == 0)
     for mod in m.modules():
-        if isinstance(mod, torch.nn.LayerNorm):
+        if isinstance(mod, (torch.nn.LayerNorm, LayerNormResidual)):
             assert torch.all(mod.weight == 1) and torch.all(mod.bias == 0)
 
 
@@ -333,7 +335,7 @@ def test_stacked_projections_equal_separate_ones(cross):
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_model_pickles(norm):
-    """The registered sublayer functions are named functions: the whole module pickles and deep-copies."""
+    """The residual modules are module-level classes: the whole model pickles and deep-copies."""
     import copy
     import pickle
 

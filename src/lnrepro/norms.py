@@ -1,38 +1,49 @@
-"""Where the LayerNorm goes: the registry of norm variants, keyed by the config's ``model.norm``.
+"""Where the LayerNorm goes: the torch-free descriptions of the norm variants, keyed by the config's ``model.norm``.
 
-A variant is the residual/normalization arrangement of one sublayer (self-attention, encoder attention or FFN)
-and whether each stack ends with one more LayerNorm. The model (``lnrepro.model.transformer``), gradinit
-(every registered variant) and the figures (labels, line styles) read this registry, so a new variant is one
-``register_norm`` call. This module imports no torch: the configuration layer and the Snakefile read the
-registered names without loading it.
+A variant is the residual/normalization arrangement of every sublayer (self-attention, encoder attention or
+FFN), whether each stack ends with one more LayerNorm, and what else it changes (parameters, learned scalars,
+residual scaling, initialization, LayerNorms removed). Its computation is a torch module in
+``lnrepro.model.variants`` registered under the same name. The schema's enum (``config/load.py``), the
+Snakefile, the figures (labels, line styles), gradinit (every registered variant) and the confound analysis
+(``differences``) read this registry, which imports no torch, so they do not load it.
 
 Xiong et al. 2020 (arXiv 2002.04745), Table 1, in short: Post-LN x_{l+1} = LN(x_l + F(x_l)), Pre-LN
-x_{l+1} = x_l + F(LN(x_l)). As in fairseq 0.9.0 fairseq/modules/transformer_layer.py: each sublayer runs
-``residual = x; x = maybe_layer_norm(ln, x, before=True); x = F(x); x = dropout(x); x = residual + x;
-x = maybe_layer_norm(ln, x, after=True)``, and ``maybe_layer_norm`` applies ``ln`` iff
-``after ^ normalize_before``; fairseq/models/transformer.py adds one LayerNorm after the last layer of the
-encoder and of the decoder iff ``normalize_before``.
+x_{l+1} = x_l + F(LN(x_l)); fairseq 0.9.0 fairseq/models/transformer.py adds one LayerNorm after the last
+layer of the encoder and of the decoder iff ``normalize_before`` (Pre-LN): ``final_norm``. The proof of the
+paper's Theorem 1 gets Pre-LN's 1/sqrt(L) gradient scale from that final LayerNorm; ``pre_nofinal`` drops it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
 
 from .errors import LnReproError
 
-# (x, norm, f, dropout) -> x: the input, the sublayer's LayerNorm, the sublayer's function, the residual dropout.
-Sublayer = Callable[[Any, Callable[[Any], Any], Callable[[Any], Any], Callable[[Any], Any]], Any]
+# What a variant can change beside the norm position, one kind per ``Difference``.
+DIFFERENCE_KINDS = ("parameters", "residual scaling", "initialization", "layernorms removed")
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One thing a variant changes beside where the LayerNorm goes (what the confound analysis prints)."""
+
+    kind: str  # one of DIFFERENCE_KINDS
+    what: str  # e.g. "no LayerNorm after the last layer of each stack"
+
+    def __post_init__(self) -> None:
+        if self.kind not in DIFFERENCE_KINDS:
+            raise LnReproError(f"model.norm: difference kind {self.kind!r} is not one of {DIFFERENCE_KINDS}")
 
 
 @dataclass(frozen=True)
 class NormVariant:
-    """One value of ``model.norm``: how a sublayer combines residual, dropout and LayerNorm."""
+    """One value of ``model.norm``: its name, label and what it changes; the computation is its torch module."""
 
-    name: str  # the config value
-    sublayer: Sublayer  # (x, norm, f, dropout) -> x
-    final_norm: bool  # one LayerNorm after the last layer of each stack (fairseq: iff normalize_before)
+    name: str  # the config value, and the name of its module in lnrepro.model.variants
     label: str  # for plots and tables, e.g. "Post-LN"
+    final_norm: bool  # one LayerNorm after the last layer of each stack (fairseq: iff normalize_before)
+    settings: tuple[str, ...] = ()  # the model.* settings its module reads beyond the architecture every variant has
+    differences: tuple[Difference, ...] = ()  # beside the norm position; () for the paper's two
 
 
 # name -> variant, in registration order: the order figures and tables list the variants in.
@@ -55,20 +66,8 @@ def norm_variant(name: str) -> NormVariant:
         raise LnReproError(f"model.norm: expected one of {', '.join(map(repr, NORMS))}, got {name!r}") from None
 
 
-# The paper's two arrangements (post first: the original Transformer, the baseline every figure starts with).
-# Named module-level functions, not lambdas, so that a model holding them can be pickled (copy.deepcopy,
-# torch.save of the whole module, multiprocessing).
-
-
-def post_ln_sublayer(x: Any, norm: Callable[[Any], Any], f: Callable[[Any], Any], dropout: Callable[[Any], Any]) -> Any:
-    """Post-LN: x_{l+1} = LN(x_l + dropout(F(x_l)))."""
-    return norm(x + dropout(f(x)))
-
-
-def pre_ln_sublayer(x: Any, norm: Callable[[Any], Any], f: Callable[[Any], Any], dropout: Callable[[Any], Any]) -> Any:
-    """Pre-LN: x_{l+1} = x_l + dropout(F(LN(x_l)))."""
-    return x + dropout(f(norm(x)))
-
-
-register_norm(NormVariant("post", post_ln_sublayer, final_norm=False, label="Post-LN"))
-register_norm(NormVariant("pre", pre_ln_sublayer, final_norm=True, label="Pre-LN"))
+# The paper's two arrangements first (post: the original Transformer, the baseline every figure starts with).
+register_norm(NormVariant("post", "Post-LN", final_norm=False))
+register_norm(NormVariant("pre", "Pre-LN", final_norm=True))
+register_norm(NormVariant("pre_nofinal", "Pre-LN, no final LN", final_norm=False, differences=(
+    Difference("layernorms removed", "no LayerNorm after the last layer of each stack"),)))

@@ -16,9 +16,13 @@ Decisions:
   computed) are configurable, and both are off in Theorem 1.
 - Models: every registered norm variant (lnrepro.norms.NORMS) at every depth L (encoder = decoder layers)
   of ``analysis.gradinit.depths``, at the experiment's width unless the section overrides it, for every seed.
-  Each model is built right after ``torch.manual_seed(seed)``: the variants' parameters coincide (a Pre-LN
-  model only adds constant-initialized LayerNorms), so for a seed they start from the same weights and, the
-  batches being drawn once per seed, see the same batches.
+  Each model is built right after ``torch.manual_seed(seed)``, then given the variant's data-dependent
+  initialization on the seed's first batch (``Transformer.init_from_data``; a no-op for post, pre and
+  pre_nofinal). Every variant builds the same embeddings and Linear layers, which fairseq's initialization draws
+  in the same order, and its own parameters and initialization hooks come after those draws
+  (``lnrepro.model.variants``): for a seed the variants share every embedding and weight matrix except the
+  ones their hooks change (``NormVariant.differences``; post, pre and pre_nofinal change none, and differ only
+  by their constant-initialized LayerNorms). The batches being drawn once per seed, they see the same batches.
 - Batches: K of the fairseq-style token-bounded training batches, chosen at random (seeded) without
   replacement, so that they are not the shortest-first batches at the front of the list.
 - After warm-up (Figure 3(a)/(b)): the same measurement on the first checkpoint of a Post-LN run with warm-up
@@ -258,6 +262,7 @@ def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: 
                                   desc="gradinit", unit="model"):
         torch.manual_seed(seed)  # the same initial weights for every norm position of a seed
         model = Transformer(init_model_settings(config, norm, depth).model_config(job.vocab))
+        model.init_from_data(job.batches(seed)[0])
         rows += job.rows(model, seed, {"checkpoint": "init", "norm": norm, "run": "", "epoch": 0, "updates": 0})
     df = _write(rows, out_csv)
     if fit_csv is not None:

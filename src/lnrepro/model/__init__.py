@@ -1,5 +1,5 @@
-"""The encoder-decoder Transformer, fairseq 0.9.0 semantics, LayerNorm placement from ``lnrepro.norms``;
-see transformer.py."""
+"""The encoder-decoder Transformer, fairseq 0.9.0 semantics (transformer.py); each sublayer's residual and
+normalization is the ``model.norm`` variant's module (variants/, described in ``lnrepro.norms``)."""
 
 from .transformer import (
     Attention,

@@ -2,9 +2,10 @@
 
 Modeled on nanoGPT's ``model.py`` (one config dataclass, small modules, one init method, ``num_params``,
 a FLOPs estimate) and faithful to fairseq 0.9.0's ``transformer_iwslt_de_en`` in everything that affects
-initialization and optimization (Xiong et al. 2020 trained with fairseq). The LayerNorm placement of each
-sublayer, and whether each stack ends with a LayerNorm, come from the registry in ``lnrepro.norms`` (Post-LN,
-Pre-LN, and any variant registered there); docs/architecture.md describes how the pieces fit together.
+initialization and optimization (Xiong et al. 2020 trained with fairseq). Each sublayer's residual connection
+and normalization is the torch module of the norm variant ``model.norm`` (``lnrepro.model.variants``, one module
+per variant, with its initialization hooks); whether each stack ends with a LayerNorm comes from its
+description in ``lnrepro.norms``. docs/architecture.md describes how the pieces fit together.
 
 - fairseq/models/transformer.py (0.9.0): ``TransformerEncoder``/``TransformerDecoder``: token embeddings scaled
   by sqrt(d_model), sinusoidal positions added, dropout; after the last layer one LayerNorm only when
@@ -13,7 +14,8 @@ Pre-LN, and any variant registered there); docs/architecture.md describes how th
   zero bias.
 - fairseq/modules/transformer_layer.py (0.9.0): ``TransformerEncoderLayer``/``TransformerDecoderLayer``:
   each sublayer is ``residual = x; [LN if pre]; x = F(x); dropout; x = residual + x; [LN if post]``
-  (``NormVariant.sublayer``); the FFN is fc1 -> ReLU -> dropout(activation_dropout) -> fc2.
+  (the variant's ``Residual.forward``, registered under fairseq's LayerNorm names: ``RESIDUAL_NAMES``); the FFN
+  is fc1 -> ReLU -> dropout(activation_dropout) -> fc2.
 - fairseq/modules/multihead_attention.py (0.9.0): separate q/k/v projections, Xavier-uniform with gain
   1/sqrt(2) (PyTorch's default bias init kept), out_proj Xavier-uniform with zero bias, q scaled by
   head_dim^-0.5, dropout on the attention probabilities; in incremental decoding the self-attention keys/values
@@ -56,6 +58,7 @@ import torch.nn.functional as F
 
 from ..errors import LnReproError
 from ..norms import norm_variant
+from .variants import Residual, residual_class
 from ..vocab import PAD
 
 
@@ -75,7 +78,7 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    norm: str = "post"  # a name registered in lnrepro.norms.NORMS: "post" (Post-LN) or "pre" (Pre-LN)
+    norm: str = "post"  # a variant registered in lnrepro.norms.NORMS: "post" (Post-LN), "pre" (Pre-LN), ...
     share_decoder_embeddings: bool = True  # decoder input embedding == output projection
     share_all_embeddings: bool = False  # one embedding for encoder, decoder and output
     max_positions: int = 1024
@@ -378,33 +381,51 @@ class FeedForward(nn.Module):
         return self.fc2(self.activation_dropout(F.relu(self.fc1(x))))
 
 
+# fairseq's names of the sublayers' LayerNorms; each sublayer's residual module is registered under its name, so
+# that Post-LN's and Pre-LN's state-dict keys (and the digests of their checkpoints) stay fairseq's.
+RESIDUAL_NAMES = {"self_attn": "self_attn_layer_norm", "encoder_attn": "encoder_attn_layer_norm",
+                  "ffn": "final_layer_norm"}
+
+
 class _Layer(nn.Module):
-    """What encoder and decoder layers share: self-attention and FFN sublayers, arranged by ``model.norm``."""
+    """What encoder and decoder layers share: self-attention and FFN sublayers, each wrapped by the residual
+    module of ``model.norm`` (``lnrepro.model.variants``; one per sublayer, or one ``residual`` per layer)."""
 
     def __init__(self, cfg: ModelConfig, cross_attention: bool = False) -> None:
         super().__init__()
-        self.arrange = norm_variant(cfg.norm).sublayer  # (x, norm, f, dropout) -> x; Post-LN: LN(x + F(x))
+        residual = residual_class(cfg.norm)
+        if residual.per_layer:
+            self.residual = residual(cfg)
+        # Created in fairseq's order, so a seed gives the same initial weights (residual modules draw nothing).
         self.self_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.self_attn_layer_norm = nn.LayerNorm(cfg.d_model)
-        if cross_attention:  # created here, in fairseq's order, so a seed gives the same initial weights
+        self._add_residual("self_attn", residual, cfg)
+        if cross_attention:
             self.encoder_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-            self.encoder_attn_layer_norm = nn.LayerNorm(cfg.d_model)
+            self._add_residual("encoder_attn", residual, cfg)
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
-        self.final_layer_norm = nn.LayerNorm(cfg.d_model)
+        self._add_residual("ffn", residual, cfg)
         self.dropout = Dropout(cfg.dropout)
 
-    def _sublayer(self, x: torch.Tensor, norm: nn.LayerNorm,
-                  fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """The sublayer ``fn`` with its LayerNorm, residual connection and dropout, as the norm variant says."""
-        return self.arrange(x, norm, fn, self.dropout)
+    def _add_residual(self, sublayer: str, residual: type[Residual], cfg: ModelConfig) -> None:
+        if not residual.per_layer:
+            self.add_module(RESIDUAL_NAMES[sublayer], residual(cfg))
+
+    def residuals(self) -> list[Residual]:
+        """The layer's residual modules, each once."""
+        return [m for m in self.children() if isinstance(m, Residual)]
+
+    def _sublayer(self, sublayer: str, x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """The sublayer ``fn`` with its residual connection, normalization and dropout, as the variant computes it."""
+        residual = self.residual if "residual" in self._modules else self._modules[RESIDUAL_NAMES[sublayer]]
+        return residual(x, fn, self.dropout)
 
 
 class EncoderLayer(_Layer):
     """Self-attention and FFN sublayers."""
 
     def forward(self, x: torch.Tensor, pad_mask: torch.Tensor | None) -> torch.Tensor:
-        x = self._sublayer(x, self.self_attn_layer_norm, lambda h: self.self_attn(h, key_pad=pad_mask))
-        return self._sublayer(x, self.final_layer_norm, self.ffn)
+        x = self._sublayer("self_attn", x, lambda h: self.self_attn(h, key_pad=pad_mask))
+        return self._sublayer("ffn", x, self.ffn)
 
 
 class DecoderLayer(_Layer):
@@ -416,11 +437,10 @@ class DecoderLayer(_Layer):
     def forward(self, x: torch.Tensor, enc: EncoderOut, cache: LayerCache | None = None,
                 rows: Rows | None = None) -> torch.Tensor:
         """x [B,T,D], or [N,D]: only the ``rows`` of a padded batch (the attention sublayers unpack them)."""
-        x = self._sublayer(x, self.self_attn_layer_norm,
-                           lambda h: self.self_attn(h, causal=True, cache=cache, rows=rows))
-        x = self._sublayer(x, self.encoder_attn_layer_norm,
-                           lambda h: self.encoder_attn(h, memory=enc.out, key_pad=enc.pad_mask, cache=cache, rows=rows))
-        return self._sublayer(x, self.final_layer_norm, self.ffn)
+        x = self._sublayer("self_attn", x, lambda h: self.self_attn(h, causal=True, cache=cache, rows=rows))
+        x = self._sublayer("encoder_attn", x, lambda h: self.encoder_attn(h, memory=enc.out, key_pad=enc.pad_mask,
+                                                                         cache=cache, rows=rows))
+        return self._sublayer("ffn", x, self.ffn)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -434,6 +454,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         variant = norm_variant(cfg.norm)  # an unknown model.norm fails here, naming the registered ones
+        residual_class(cfg.norm)  # and a described one without its module
         d, v = cfg.d_model, cfg.vocab_size
         self.embed_scale = math.sqrt(d)  # fairseq: embed_scale = sqrt(embed_dim)
         self.encoder_embed = nn.Embedding(v, d, padding_idx=PAD)
@@ -451,7 +472,8 @@ class Transformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """fairseq 0.9.0 initialization (the paper analyses the gradients it produces)."""
+        """fairseq 0.9.0 initialization (the paper analyses the gradients it produces), then the norm variant's
+        ``init_weights`` hook of every residual module: the one place the initial weights are set."""
         d = self.cfg.d_model
         for emb in {id(self.encoder_embed): self.encoder_embed, id(self.decoder_embed): self.decoder_embed}.values():
             nn.init.normal_(emb.weight, mean=0.0, std=d ** -0.5)  # fairseq transformer.py Embedding()
@@ -473,9 +495,20 @@ class Transformer(nn.Module):
                 for fc in (module.fc1, module.fc2):  # transformer_layer.py Linear(): xavier, zero bias
                     nn.init.xavier_uniform_(fc.weight)
                     nn.init.zeros_(fc.bias)
-            elif isinstance(module, nn.LayerNorm):
+            elif isinstance(module, nn.LayerNorm):  # the stacks' final LayerNorms
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
+        # The variant's initialization, after fairseq's draws: its own parameters and any weights it changes.
+        c = self.cfg
+        for stack, layers in (("encoder", self.encoder_layers), ("decoder", self.decoder_layers)):
+            for index, layer in enumerate(layers):
+                for residual in layer.residuals():
+                    residual.init_weights(layer, stack, index, c.encoder_layers, c.decoder_layers, c)
+
+    def init_from_data(self, batch: tuple[torch.Tensor, ...]) -> None:
+        """The variant's data-dependent initialization (``Residual.init_from_data``): called once with a training
+        batch (src, prev, target) before the first update and before gradinit measures; a no-op for most."""
+        residual_class(self.cfg.norm).init_from_data(self, batch)
 
     # ---- API ------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,96 @@
+"""The interface of a residual variant's torch module and the registry of modules by ``model.norm`` name.
+
+A ``Residual`` is built once per sublayer (``per_layer`` False: self-attention, encoder attention, FFN) or once
+per layer (``per_layer`` True: the variant's reference shares its scalars across a layer's sublayers). It owns
+the variant's LayerNorm or scalars and computes the sublayer with its residual connection,
+``forward(x, f, dropout)``. Two hooks set its initialization:
+
+- ``init_weights(layer, stack, index, encoder_layers, decoder_layers, cfg)``, called by
+  ``Transformer.reset_parameters`` after fairseq's initialization, for each residual module of each layer; it
+  may change the layer's other weights (``layer.ffn.fc2``, ...). Parameters are created with constant values
+  and drawn here, after fairseq's draws, so that a seed gives every variant fairseq's same initial weights
+  except the ones its hook changes.
+- ``init_from_data(model, batch)`` (a class method), called once by ``Transformer.init_from_data`` with a
+  training batch before the first update and before gradinit measures: for variants whose initialization is
+  profiled on data (Admin). A no-op here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, ClassVar
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ...errors import LnReproError
+
+if TYPE_CHECKING:
+    from ..transformer import ModelConfig, Transformer
+
+Fn = Callable[[torch.Tensor], torch.Tensor]
+
+
+class Residual(nn.Module):
+    """One sublayer's (or layer's) residual connection: ``forward(x, f, dropout)``, and the two init hooks."""
+
+    per_layer: ClassVar[bool] = False  # one module for all of a layer's sublayers instead of one per sublayer
+
+    def __init__(self, cfg: "ModelConfig") -> None:
+        super().__init__()
+
+    def forward(self, x: torch.Tensor, f: Fn, dropout: Fn) -> torch.Tensor:
+        raise NotImplementedError
+
+    def init_weights(self, layer: nn.Module, stack: str, index: int, encoder_layers: int, decoder_layers: int,
+                     cfg: "ModelConfig") -> None:
+        """After fairseq's initialization: this module's parameters, and any of ``layer``'s it changes.
+        ``stack`` "encoder" | "decoder", ``index`` the layer's from 0."""
+
+    @classmethod
+    def init_from_data(cls, model: "Transformer", batch: tuple[torch.Tensor, ...]) -> None:
+        """Once, before the first update: (src, prev, target) of a training batch, on the CPU."""
+
+
+class LayerNormResidual(Residual):
+    """A residual sublayer with one LayerNorm, whose gain and bias it holds as ``weight`` and ``bias`` (so its
+    state-dict keys are those of the nn.LayerNorm fairseq names after the sublayer: ``self_attn_layer_norm.weight``)."""
+
+    def __init__(self, cfg: "ModelConfig") -> None:
+        super().__init__(cfg)
+        self.weight = nn.Parameter(torch.ones(cfg.d_model))
+        self.bias = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def norm(self, x: torch.Tensor) -> torch.Tensor:
+        """nn.LayerNorm's computation (eps 1e-5, fairseq's LayerNorm)."""
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+    def init_weights(self, layer: nn.Module, stack: str, index: int, encoder_layers: int, decoder_layers: int,
+                     cfg: "ModelConfig") -> None:
+        nn.init.ones_(self.weight)
+        nn.init.zeros_(self.bias)
+
+
+# name -> module class, the torch side of lnrepro.norms.NORMS (same names).
+RESIDUALS: dict[str, type[Residual]] = {}
+
+
+def register_residual(name: str) -> Callable[[type[Residual]], type[Residual]]:
+    """Class decorator: ``cls`` computes the variant ``name`` of lnrepro.norms (a name is registered once)."""
+
+    def add(cls: type[Residual]) -> type[Residual]:
+        if name in RESIDUALS:
+            raise LnReproError(f"model.norm: a residual module for {name!r} is already registered")
+        RESIDUALS[name] = cls
+        return cls
+
+    return add
+
+
+def residual_class(name: str) -> type[Residual]:
+    """The module class of the (described) variant ``name``."""
+    try:
+        return RESIDUALS[name]
+    except KeyError:
+        raise LnReproError(f"model.norm: variant {name!r} has no residual module (register one with "
+                           "lnrepro.model.variants.register_residual)") from None
