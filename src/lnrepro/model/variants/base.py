@@ -17,16 +17,14 @@ the variant's LayerNorm or scalars and computes the sublayer with its residual c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import Callable, ClassVar
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ...errors import LnReproError
-
-if TYPE_CHECKING:
-    from ..transformer import ModelConfig, Transformer
+from ..config import ModelConfig
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -36,27 +34,28 @@ class Residual(nn.Module):
 
     per_layer: ClassVar[bool] = False  # one module for all of a layer's sublayers instead of one per sublayer
 
-    def __init__(self, cfg: "ModelConfig") -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
 
     def forward(self, x: torch.Tensor, f: Fn, dropout: Fn) -> torch.Tensor:
         raise NotImplementedError
 
     def init_weights(self, layer: nn.Module, stack: str, index: int, encoder_layers: int, decoder_layers: int,
-                     cfg: "ModelConfig") -> None:
+                     cfg: ModelConfig) -> None:
         """After fairseq's initialization: this module's parameters, and any of ``layer``'s it changes.
         ``stack`` "encoder" | "decoder", ``index`` the layer's from 0."""
 
     @classmethod
-    def init_from_data(cls, model: "Transformer", batch: tuple[torch.Tensor, ...]) -> None:
-        """Once, before the first update: (src, prev, target) of a training batch, on the CPU."""
+    def init_from_data(cls, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> None:
+        """Once, before the first update: ``model`` the whole Transformer, (src, prev, target) a training batch on
+        the CPU."""
 
 
 class LayerNormResidual(Residual):
     """A residual sublayer with one LayerNorm, whose gain and bias it holds as ``weight`` and ``bias`` (so its
     state-dict keys are those of the nn.LayerNorm fairseq names after the sublayer: ``self_attn_layer_norm.weight``)."""
 
-    def __init__(self, cfg: "ModelConfig") -> None:
+    def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
         self.weight = nn.Parameter(torch.ones(cfg.d_model))
         self.bias = nn.Parameter(torch.zeros(cfg.d_model))
@@ -66,7 +65,7 @@ class LayerNormResidual(Residual):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
 
     def init_weights(self, layer: nn.Module, stack: str, index: int, encoder_layers: int, decoder_layers: int,
-                     cfg: "ModelConfig") -> None:
+                     cfg: ModelConfig) -> None:
         nn.init.ones_(self.weight)
         nn.init.zeros_(self.bias)
 
