@@ -12,7 +12,6 @@ statuses. Torch-free, so the report and the Snakefile can read records without i
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from dataclasses import dataclass
 from enum import Enum
@@ -21,6 +20,7 @@ from typing import Any, ClassVar, Mapping, TypeVar
 
 from .errors import LnReproError
 from .io import atomic_write_text, file_sha256, finite_json, json_text, read_json
+from .typed import convert, plain
 
 R = TypeVar("R", bound="Record")
 
@@ -35,45 +35,9 @@ class RunStatus(str, Enum):
     MAX_UPDATES = "max_updates"  # summary: training stopped at train.max_updates
 
 
-def _convert(tp: Any, value: Any, where: str) -> Any:
-    """``value`` read from JSON as the annotated type ``tp``: statuses and nested records built, the rest as is."""
-    if value is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _convert(inner[0], value, where) if len(inner) == 1 else value
-    if tp is RunStatus:
-        try:
-            return RunStatus(value)
-        except ValueError:
-            raise LnReproError(f"{where}: {value!r} is not a status; expected one of "
-                               f"{', '.join(repr(s.value) for s in RunStatus)}") from None
-    if isinstance(tp, type) and issubclass(tp, Record):
-        return tp.from_dict(value, where)
-    if origin is dict and len(typing.get_args(tp)) == 2:
-        if not isinstance(value, Mapping):
-            raise LnReproError(f"{where}: expected a mapping, got {type(value).__name__}")
-        return {k: _convert(typing.get_args(tp)[1], v, _key(where, k)) for k, v in value.items()}
-    return value
-
-
 def _key(where: str, key: str) -> str:
     """``file: a.b`` for key ``b`` under ``file: a``; ``file: a`` for key ``a`` of ``file``."""
     return f"{where}.{key}" if ": " in where else f"{where}: {key}"
-
-
-def _plain(value: Any) -> Any:
-    """The JSON value of a field: statuses as their value, records as mappings (their optional keys left out)."""
-    if isinstance(value, Record):
-        return value.to_dict()
-    if isinstance(value, RunStatus):
-        return value.value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 class Record:
@@ -102,7 +66,7 @@ class Record:
         if missing:
             raise LnReproError(f"{label}: missing key(s) {', '.join(missing)} (expected a {cls.__name__})")
         hints = typing.get_type_hints(cls)
-        kwargs = {k: _convert(hints[k], data.get(k), _key(label, k)) for k in fields}
+        kwargs = {k: convert(hints[k], data.get(k), _key(label, k), _key) for k in fields}
         record = cls(**kwargs)  # type: ignore[call-arg]
         status = getattr(record, "status", None)
         if cls.STATUSES and status not in cls.STATUSES:
@@ -112,7 +76,7 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON mapping: every field under its own name, optional ones only when set."""
-        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+        out = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)  # type: ignore[arg-type]
                if not (f.name in self.OPTIONAL and getattr(self, f.name) is None)}
         return finite_json(out) if self.FINITE else out
 

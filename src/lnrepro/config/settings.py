@@ -9,7 +9,6 @@ objects, never a raw dict with defaults of its own. Each slice file a rule write
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, Mapping, TypeVar
 
 from ..errors import LnReproError
 from ..io import atomic_write_json, read_json
+from ..typed import convert, plain
 
 T = TypeVar("T", bound="Section")
 
@@ -36,32 +36,9 @@ DECAY_SETTINGS: dict[str, frozenset[str]] = {
 _SWITCHED = WARMUP_SETTINGS.union(*DECAY_SETTINGS.values())
 
 
-def _convert(tp: Any, value: Any, where: str) -> Any:
-    """``value`` as the annotated type ``tp``: nested sections built, lists to tuples, mappings copied."""
-    origin = typing.get_origin(tp)
-    if isinstance(tp, type) and issubclass(tp, Section):
-        return tp.from_dict(value, where)
-    if origin is tuple:
-        return tuple(value)
-    if origin in (dict, Mapping, typing.Mapping) or tp in (dict,):
-        args = typing.get_args(tp)
-        if len(args) == 2:  # each value as the value type: sections built, tuples from lists
-            return {k: _convert(args[1], v, f"{where}.{k}") for k, v in value.items()}
-        return dict(value)
-    if origin in (typing.Union, types.UnionType) and value is not None:
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _convert(inner[0], value, where) if len(inner) == 1 else value
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+def _dotted(where: str, key: str) -> str:
+    """A configuration key's path: ``defaults.model`` + ``norm``."""
+    return f"{where}.{key}" if where else key
 
 
 class Section:
@@ -82,14 +59,14 @@ class Section:
         for name, f in fields.items():
             key = f"{where}.{name}" if where else name
             if name in data:
-                kwargs[name] = _convert(hints[name], data[name], key)
+                kwargs[name] = convert(hints[name], data[name], key, _dotted, ints_as_floats=True)
             elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise LnReproError(f"{label}: missing key {name}")
         return cls(**kwargs)  # type: ignore[call-arg]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready mapping: nested sections as mappings, tuples as lists (as JSON reads them back)."""
-        return _plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+        return plain(dataclasses.asdict(self))  # type: ignore[call-overload]
 
     @classmethod
     def read(cls: type[T], path: str | Path) -> T:
