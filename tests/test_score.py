@@ -18,7 +18,7 @@ import torch
 from lnrepro.errors import LnReproError
 from lnrepro.evaluate.bleu import tokenized_bleu
 from lnrepro.evaluate.score import score_checkpoint
-from lnrepro.io import atomic_torch_save, read_lines
+from lnrepro.io import atomic_torch_save, file_sha256, read_lines
 from lnrepro.paths import RunFolder
 from lnrepro.records import EpochManifest, RunStatus
 
@@ -47,14 +47,16 @@ def _ids_line(sp, text: str) -> str:
     return " ".join(map(str, sp.encode(text)))
 
 
-def _save_weights(model, run_dir, epoch: int, status: str = "ok") -> "tuple":
-    """The weights and the epoch manifest of ``epoch``, as training writes them (RunFolder, EpochManifest)."""
+def _save_weights(model, run_dir, epoch: int, bpe: Path, status: str = "ok") -> "tuple":
+    """The weights and the epoch manifest of ``epoch``, as training writes them (RunFolder, EpochManifest), trained
+    on the BPE folder ``bpe``."""
     from lnrepro.model.transformer import weights_blob
 
     folder = RunFolder(str(run_dir))
     manifest = Path(folder.epoch_manifest(epoch))
+    data = {name: file_sha256(bpe / name) for name in ("spm.model", "train.de.ids", "train.en.ids")}
     own = {"epoch": epoch, "updates": 0, "wall_s": 0.0, "partial": False, "run": "r", "seed": 1,
-           "config_sha256": None, "where_ran": {}}
+           "config_sha256": None, "data_sha256": data, "where_ran": {}}
     if status != "ok":
         EpochManifest(status=RunStatus(status), weights=None, sha256=None, reason="test", **own).write(manifest)
         return manifest, None
@@ -97,12 +99,13 @@ def task(tmp_path_factory):
     for split, rows in data.items():
         (bpe / f"{split}.de.ids").write_text("".join(_ids_line(sp, r[0]) + "\n" for r in rows))
         (bpe / f"{split}.en.ids").write_text("".join(_ids_line(sp, r[1]) + "\n" for r in rows))
+    (bpe / "stats.json").write_text(json.dumps({"spm_model_sha256": file_sha256(bpe / "spm.model")}))  # apply_bpe's
 
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=sp.get_piece_size(), encoder_layers=2, decoder_layers=2, d_model=64, heads=4,
                       ffn_dim=128, dropout=0.0, norm="pre")
     model = Transformer(cfg)
-    untrained, _ = _save_weights(model.eval(), run, 1)
+    untrained, _ = _save_weights(model.eval(), run, 1, bpe)
 
     src, tgt = read_ids(bpe / "train.de.ids"), read_ids(bpe / "train.en.ids")
     opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
@@ -115,8 +118,8 @@ def task(tmp_path_factory):
         opt.zero_grad()
         (loss / target.ne(1).sum()).backward()
         opt.step()
-    trained, trained_path = _save_weights(model.eval(), run, 2)
-    diverged, _ = _save_weights(model, run, 3, status="diverged")
+    trained, trained_path = _save_weights(model.eval(), run, 2, bpe)
+    diverged, _ = _save_weights(model, run, 3, bpe, status="diverged")
     eval_json = root / "eval.json"
     eval_json.write_text(json.dumps(EVAL))
     return dict(root=root, prepared=prepared, bpe=bpe, run=run, untrained=untrained, trained=trained,

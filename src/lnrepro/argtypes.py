@@ -24,3 +24,11 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
 count = at_least(1)  # threads, repetitions
 size = at_least(0)  # bytes
+
+
+def sha256_hex(text: str) -> str:
+    """The argparse type of a SHA-256 digest: 64 hexadecimal digits (lower case, as ``io.file_sha256`` gives)."""
+    value = text.strip().lower()
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise argparse.ArgumentTypeError(f"expected a SHA-256 digest (64 hexadecimal digits), got {text!r}")
+    return value

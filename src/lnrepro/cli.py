@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from .argtypes import count, size
+from .argtypes import count, sha256_hex, size
 from .errors import LnReproError
 from .paths import DOWNLOADS
 
@@ -57,7 +57,7 @@ def _bpe(a: argparse.Namespace) -> None:
 def _train(a: argparse.Namespace) -> None:
     from .train.loop import train_run
 
-    train_run(a.run_dir, a.config, a.bpe, a.threads)
+    train_run(a.run_dir, a.config, a.bpe, a.threads, config_sha256=a.config_sha256)
 
 
 def _evaluate(a: argparse.Namespace) -> None:
@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", type=Path, required=True, help="the run's config.json")
     t.add_argument("--bpe", type=Path, required=True, help="the bpe folder (spm.model, encoded splits)")
     t.add_argument("--run-dir", type=Path, required=True)
+    t.add_argument("--config-sha256", type=sha256_hex,
+                   help="the digest --config must have (the workflow passes the one its experiment resolves the run "
+                        "to): another config.json is refused before anything is touched")
     t.add_argument("--threads", type=count, default=1)
     t.set_defaults(func=_train)
 

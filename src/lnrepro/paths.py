@@ -16,6 +16,7 @@ from pathlib import Path
 LANGS: tuple[str, ...] = ("de", "en")  # source, target: the paper's direction
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
 DOWNLOADS = "results/downloads"  # shared by every experiment: a download is checksum-verified once
+EXPERIMENT_JSON = "experiment.json"  # the report's slice, in results/{exp}/, beside runs/
 
 
 def _epoch(ep: int | str) -> str:
@@ -190,7 +191,7 @@ class Paths:
 
     @property
     def experiment_json(self) -> str:
-        return f"{self.root}/experiment.json"
+        return f"{self.root}/{EXPERIMENT_JSON}"
 
     @property
     def gradinit_json(self) -> str:

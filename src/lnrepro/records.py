@@ -103,11 +103,13 @@ class EpochManifest(Record):
     trained). wall_s: training wall-clock of the retained work so far. partial: the epoch ended early (at
     ``train.max_updates``). run, seed: the run. config_sha256: sha256 of the run's config.json. where_ran:
     host, device, slurm_job_id. reason: why the epoch was not trained (the divergence's detail, or
-    ``max_updates``); absent when ok.
+    ``max_updates``); absent when ok. data_sha256: sha256 of each data file the weights were trained with
+    (``spm.model``, ``train.de.ids``, ``train.en.ids``), which scoring checks its BPE folder against; absent
+    in a manifest of an older lnrepro (scoring then asks for its retraining).
     """
 
     STATUSES: ClassVar[tuple[RunStatus, ...]] = (RunStatus.OK, RunStatus.DIVERGED, RunStatus.STOPPED)
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"reason"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"reason", "data_sha256"})
 
     epoch: int
     status: RunStatus
@@ -121,6 +123,7 @@ class EpochManifest(Record):
     config_sha256: str | None
     where_ran: dict[str, Any]
     reason: str | None = None
+    data_sha256: dict[str, str] | None = None
 
     def weights_file(self, run_dir: str | Path, where: str | Path) -> Path:
         """The checkpoint's weights file under ``run_dir``, its sha256 checked against this manifest (``where``:
@@ -172,10 +175,13 @@ class CheckpointScores(Record):
     label_smoothing: epsilon of the validation loss. model_config: the checkpoint's ModelConfig (absent when
     not ok). threads, torch: torch's intra-op threads and version. where_ran: host, device, slurm_job_id.
     wall_s: wall-clock of the whole job. splits: per split its ``SplitScores``, None when not ok.
+    inputs_sha256: sha256 of every file the scores were computed from, by name (the scoring slice; when ok
+    also ``spm.model``, each split's ``{split}.de.ids``, ``{split}.en.ids``, references ``{split}.en`` and
+    ``{split}.raw.en``; the weights are ``weights_sha256``); absent in a score file of an older lnrepro.
     """
 
     STATUSES: ClassVar[tuple[RunStatus, ...]] = EpochManifest.STATUSES
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config", "inputs_sha256"})
 
     epoch: int
     status: RunStatus
@@ -193,6 +199,7 @@ class CheckpointScores(Record):
     wall_s: float
     splits: dict[str, SplitScores | None]
     model_config: dict[str, Any] | None = None
+    inputs_sha256: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -253,10 +260,14 @@ class RunRecord(Record):
     threads; precision. optimizer: the optimizer ``optim.name`` names, in words (its registry entry's
     implementation); optimizer_settings: ``name`` and the ``optim`` settings that optimizer reads. train_pairs, batches_per_epoch; source_lang, target_lang. git_commit,
     git_dirty: the package's checkout (None outside one). attempts: attempts so far. where_ran: host, device,
-    slurm_job_id.
+    slurm_job_id. executions: per attempt of the retained training, in order, the execution facts that decide
+    its bits besides the inputs (``attempt``, ``resumed_update``, ``torch``, ``numpy``, ``device``,
+    ``device_name``, ``threads``); attempts that differ in them make a result that is not bitwise an
+    uninterrupted run's. Absent in a run.json of an older lnrepro.
     """
 
     FINITE: ClassVar[bool] = True
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"executions"})
 
     run: str
     seed: int
@@ -282,3 +293,4 @@ class RunRecord(Record):
     git_dirty: bool | None
     attempts: int
     where_ran: dict[str, Any]
+    executions: list[dict[str, Any]] | None = None

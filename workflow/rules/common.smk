@@ -1,7 +1,7 @@
 # What the rule files share besides lnrepro.paths (P): the configuration slices every stage reads.
 
 
-from lnrepro.io import atomic_write_json, json_text
+from lnrepro.io import atomic_write_json
 
 # Scoring: the splits scored together at some epochs (EvalSettings.groups) have one rule and one slice each,
 # named by a suffix: none for the group of every split (score_checkpoint, eval.json), else _{splits}
@@ -51,13 +51,14 @@ rule write_slice:
 
 
 # One per training, so a shell job: Snakemake runs a `run:` job as a second Snakemake process that parses the
-# Snakefile again (seconds each), a shell job in milliseconds. The JSON is the slice as atomic_write_json
-# writes it, to a temporary name and renamed into place. It leaves out the schedule settings the run's
-# switches do not use (Experiment.run_config), so changing one retrains only the runs that use it.
+# Snakefile again (seconds each), a shell job in milliseconds. The JSON is the slice's text (Section.text, the
+# bytes RunConfig.write writes and whose digest train_run passes to the trainer), to a temporary name and
+# renamed into place. It leaves out the schedule settings the run's switches do not use
+# (Experiment.run_config), so changing one retrains only the runs that use it.
 rule write_run_config:
     output:
         P.run_config(),
     params:
-        slice=lambda w: json_text(X.run_config(w.run, int(w.seed)).to_dict()),
+        slice=lambda w: X.run_config(w.run, int(w.seed)).text(),
     shell:
         "printf '%s' {params.slice:q} > {output}.tmp && mv {output}.tmp {output}"

@@ -8,6 +8,11 @@ rule train_run:
         ids=P.bpe_ids,
     output:
         P.train_outputs(EPOCHS),
+    params:
+        # the digest of the config.json the experiment resolves this run to (the text write_run_config writes):
+        # the trainer refuses a config.json edited by hand. Not an input: it changes exactly when config.json's
+        # content does, so it reruns nothing config.json would not.
+        config_sha256=lambda w: X.run_config(w.run, int(w.seed)).sha256(),
     threads: res("train_run").threads
     resources:
         **job_resources("train_run"),
@@ -18,7 +23,7 @@ rule train_run:
     conda:
         CONDA_ENV
     shell:
-        "lnrepro train --config {input.config} --bpe " + P.bpe + " --run-dir " + P.run_dir("{wildcards.run}", "{wildcards.seed}") + " --threads {threads} > {log} 2>&1"
+        "lnrepro train --config {input.config} --bpe " + P.bpe + " --run-dir " + P.run_dir("{wildcards.run}", "{wildcards.seed}") + " --config-sha256 {params.config_sha256} --threads {threads} > {log} 2>&1"
 
 
 rule train:

@@ -9,13 +9,14 @@ objects, never a raw dict with defaults of its own. Each slice file a rule write
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 from ..errors import LnReproError
-from ..io import atomic_write_json, read_json
+from ..io import atomic_write_text, json_text, read_json
 from ..typed import convert, plain
 
 T = TypeVar("T", bound="Section")
@@ -73,8 +74,17 @@ class Section:
         """Read a slice file written by ``write``; errors name the file."""
         return cls.from_dict(read_json(path), str(path))
 
+    def text(self) -> str:
+        """The slice file's text (``io.json_text``): the one source of its bytes, for ``write``, the rule that
+        writes ``config.json`` and the digest the trainer checks it against (``sha256``)."""
+        return json_text(self.to_dict())
+
+    def sha256(self) -> str:
+        """SHA-256 of the file ``write`` writes (of ``text``), without writing it."""
+        return hashlib.sha256(self.text().encode("utf-8")).hexdigest()
+
     def write(self, path: str | Path) -> None:
-        atomic_write_json(path, self.to_dict())
+        atomic_write_text(path, self.text())
 
 
 @dataclass(frozen=True)

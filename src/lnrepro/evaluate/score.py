@@ -6,8 +6,11 @@ with each split's decoding) and the splits' encoded sentences and references (``
 
 ``score_checkpoint`` is the job of the ``score_checkpoint`` rules, a shell around the core. It reads one epoch
 manifest and its group's scoring slice (``eval.json`` or ``eval_{splits}.json``, validated when the config was
-loaded), loads the weights the manifest names (their sha256 checked) and the splits, scores, and writes
-``eval/epochNNN.json`` (``lnrepro.records.CheckpointScores``) plus ``eval/epochNNN.{split}.hyp`` for each of
+loaded), checks that the BPE folder is the one the weights were trained with (``spm.model`` against the
+manifest's ``data_sha256``, the encoded splits against ``bpe/stats.json``'s ``spm_model_sha256``), loads the
+weights the manifest names (their sha256 checked) and the splits, scores, and writes
+``eval/epochNNN.json`` (``lnrepro.records.CheckpointScores``, with the digest of every file it read) plus
+``eval/epochNNN.{split}.hyp`` for each of
 those splits (the tokenized, lowercased hypotheses, one per source line, in input order: the text tokenized
 BLEU scores; sacreBLEU scores their Moses-detokenized form). Fields: docs/outputs.md.
 """
@@ -27,7 +30,7 @@ import torch
 
 from ..config.settings import ScoreSettings, SplitDecoding
 from ..errors import LnReproError
-from ..io import atomic_write_lines, cpu_name, read_lines, where_ran
+from ..io import atomic_write_lines, cpu_name, file_sha256, read_json, read_lines, where_ran
 from ..paths import RunFolder
 from ..records import CheckpointScores, EpochManifest, RunStatus, SplitScores
 from ..train.batching import collate, read_ids
@@ -125,14 +128,41 @@ class Scores:
     hypotheses: dict[str, list[str]]
 
 
+def split_files(bpe_dir: Path, prepared_dir: Path, split: str) -> tuple[Path, Path, Path, Path]:
+    """The files scoring reads for one split: ``{split}.de.ids``, ``{split}.en.ids`` (under the BPE folder), the
+    references ``{split}.en`` and ``{split}.raw.en`` (under the prepared folder)."""
+    return (Path(bpe_dir) / f"{split}.de.ids", Path(bpe_dir) / f"{split}.en.ids",
+            Path(prepared_dir) / f"{split}.en", Path(prepared_dir) / f"{split}.raw.en")
+
+
+def check_bpe(manifest: EpochManifest, manifest_path: Path, bpe_dir: Path) -> None:
+    """Refuse a BPE folder other than the one the checkpoint was trained with (same vocabulary size or not, its
+    ids mean other pieces: the scores would be silently wrong), and encoded splits not made with its model."""
+    spm_path, stats = Path(bpe_dir) / "spm.model", Path(bpe_dir) / "stats.json"
+    if manifest.data_sha256 is None:
+        raise LnReproError(f"{manifest_path}: records no data_sha256 (the BPE model and data its weights were "
+                           "trained with; a manifest of an older lnrepro), so the BPE folder cannot be checked: "
+                           "train the run again (rule train_run: snakemake --forcerun train_run)")
+    actual, trained = file_sha256(spm_path), manifest.data_sha256.get("spm.model", "?")
+    if actual != trained:
+        raise LnReproError(f"{spm_path}: not the BPE model {manifest_path} was trained with (sha256 {actual[:12]}..., "
+                           f"the checkpoint's {trained[:12]}...): the BPE folder of another experiment, or one "
+                           "learned again since. Score with the run's own BPE folder (results/{exp}/data/bpe), or "
+                           "train the run again on this one (rule train_run)")
+    encoded_with = read_json(stats).get("spm_model_sha256") if stats.exists() else None
+    if encoded_with != actual:
+        raise LnReproError(f"{bpe_dir}: its encoded splits were not made with {spm_path} ({stats} records "
+                           f"spm_model_sha256 {str(encoded_with)[:12]}..., the model's sha256 is {actual[:12]}...): "
+                           "encode them again (rule apply_bpe: snakemake --forcerun apply_bpe)")
+
+
 def read_scoring_data(bpe_dir: Path, prepared_dir: Path, splits: list[str], vocab_size: int) -> ScoringData:
     """``spm.model``, ``{split}.{de,en}.ids`` and ``data/prepared/{split}.en``, ``{split}.raw.en`` of each split;
     line counts that differ or are zero are an error naming the files."""
     bpe_dir, prepared_dir = Path(bpe_dir), Path(prepared_dir)
     out: dict[str, SplitData] = {}
     for split in splits:
-        src_path, tgt_path = bpe_dir / f"{split}.de.ids", bpe_dir / f"{split}.en.ids"
-        ref_path, raw_path = prepared_dir / f"{split}.en", prepared_dir / f"{split}.raw.en"
+        src_path, tgt_path, ref_path, raw_path = split_files(bpe_dir, prepared_dir, split)
         src, tgt = read_ids(src_path, vocab_size), read_ids(tgt_path, vocab_size)
         try:
             refs, raw = read_lines(ref_path), read_lines(raw_path)
@@ -199,22 +229,26 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
         "label_smoothing": settings.label_smoothing, "threads": int(threads), "torch": torch.__version__,
         "where_ran": where_ran(dev_name),
     }
+    inputs = {eval_json.name: file_sha256(eval_json)}  # the digests of the files read, in the score file
 
     if m.status != RunStatus.OK:
         # diverged (or stopped early): nothing to decode; the declared .hyp outputs exist and are empty
         for split in splits:
             atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), [])
-        record = CheckpointScores(**common, splits={split: None for split in splits},
+        record = CheckpointScores(**common, splits={split: None for split in splits}, inputs_sha256=inputs,
                                   wall_s=time.perf_counter() - t0)
         record.write(out_json)
         return record
 
+    check_bpe(m, manifest, bpe_dir)
     model = load_model(m.weights_file(RunFolder.of_manifest(manifest).root, manifest), device=device)
     data = read_scoring_data(bpe_dir, prepared_dir, splits, model.cfg.vocab_size)
     scores = score(model, settings, data, label=f"epoch{m.epoch:03d}")
     for split, hyps in scores.hypotheses.items():
         atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), hyps)
+    read = [bpe_dir / "spm.model", *(f for split in splits for f in split_files(bpe_dir, prepared_dir, split))]
     record = CheckpointScores(**common, model_config=dataclasses.asdict(model.cfg), splits=scores.splits,
+                              inputs_sha256={**inputs, **{f.name: file_sha256(f) for f in read}},
                               wall_s=time.perf_counter() - t0)
     record.write(out_json)
     return record

@@ -10,11 +10,18 @@ state/epochs/epochNNN.pt  per-epoch weights {"model_config", "model"} (no optimi
 state/log.jsonl     the log of every attempt so far (append-only; a line cut by a kill is dropped)
 state/outputs/      the bytes of every declared output (run.json, train.jsonl, summary.json, epochs/*.json)
 state/finished.json written after outputs/: {"digest", "time", "outputs": {name: sha256}}
+state/previous/     the state of the inputs before (every file above but the lock): one generation, moved
+                    there, never deleted, when the trainer starts on other inputs; an older one is replaced
+state/.to_previous/, state/.from_previous/  a move to or from previous/ in progress (finished by the next
+                    trainer when a kill cut it short)
 
 A finished state with the same digest, whose outputs/ and epoch weights match their digests, writes the
 declared outputs again from outputs/ without training (Snakemake's --rerun-incomplete deletes outputs that a
 trainer orphaned by a killed Snakemake finished). An unfinished state with the same digest is resumed (from
-last.pt, else prev.pt, else from the start); anything else is cleared and training starts fresh.
+last.pt, else prev.pt, else from the start). A state of other inputs is moved to previous/ (only after the
+new inputs were checked against the data) and training starts fresh; when previous/ holds the state of the
+current inputs, the two swap places first, so going back to earlier inputs resumes, or re-emits, their
+training. A finished state of the same digest that fails its checks is cleared and trained again.
 """
 
 from __future__ import annotations
@@ -83,6 +90,9 @@ class StateDir:
         self.finished = self.root / "finished.json"
         self.log = self.root / "log.jsonl"
         self.outputs = self.root / "outputs"
+        self.previous = self.root / "previous"
+        # a move in progress: the state going to previous/, and the one coming back from it
+        self.to_previous, self.from_previous = self.root / ".to_previous", self.root / ".from_previous"
         self.resumed_from: str | None = None  # the file prepare() resumed from
 
     def epoch_weights(self, epoch: int) -> Path:
@@ -112,15 +122,66 @@ class StateDir:
         finally:
             os.close(fd)  # releases the lock
 
+    def _state_files(self) -> list[Path]:
+        """The current state's files and folders: everything in state/ but the lock, previous/ and a move."""
+        keep = {self.lock_file, self.previous, self.to_previous, self.from_previous}
+        return sorted(child for child in self.root.iterdir() if child not in keep)
+
     def _clear(self) -> None:
-        """Delete everything in state/ but the lock file."""
-        for child in self.root.iterdir():
-            if child == self.lock_file:
-                continue
+        """Delete the current state (the lock file and previous/ stay)."""
+        for child in self._state_files():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child)
             else:
                 child.unlink()
+
+    @staticmethod
+    def _digest_in(folder: Path) -> str | None:
+        """The digest ``folder/digest.json`` records, or None (none, or unreadable)."""
+        try:
+            return read_json(folder / "digest.json").get("digest")
+        except (LnReproError, AttributeError):
+            return None
+
+    def _complete_moves(self) -> None:
+        """Finish a move to or from previous/ that a kill cut short. The steps, each a rename or a deletion of
+        the older generation done before any of them: .to_previous/ created; (taking back) previous/ ->
+        .from_previous/; the current state's files -> .to_previous/ -> previous/; .from_previous/'s files ->
+        state/. The folders left say which step to finish."""
+        if self.to_previous.exists():
+            if self.previous.exists():  # a take-back cut short before its first rename
+                os.replace(self.previous, self.from_previous)
+            for child in self._state_files():
+                os.replace(child, self.to_previous / child.name)
+            os.replace(self.to_previous, self.previous)
+        if self.from_previous.exists():
+            for child in sorted(self.from_previous.iterdir()):
+                os.replace(child, self.root / child.name)
+            self.from_previous.rmdir()
+
+    def _move_current_to_previous(self) -> None:
+        """Move the current state into previous/; an older previous/ (another generation) is deleted first."""
+        if self.previous.exists():
+            shutil.rmtree(self.previous)
+        self.to_previous.mkdir()
+        self._complete_moves()
+
+    def take_back(self, digest: dict[str, Any]) -> None:
+        """When previous/ holds the state of these inputs and the current state is another's, swap them: the
+        current state becomes previous/, the previous one current (to be resumed, or its outputs written
+        again). Nothing is deleted."""
+        self._complete_moves()
+        if not self.previous.exists() or self._digest_in(self.previous) != digest["digest"]:
+            return
+        if self._state_files() and self._digest_in(self.root) == digest["digest"]:
+            return  # the current state is of these inputs too: it stays the one used
+        swap = bool(self._state_files())
+        if swap:
+            self.to_previous.mkdir()
+        os.replace(self.previous, self.from_previous)
+        self._complete_moves()
+        say(f"{self.previous} held the state of these inputs: taken back"
+            + (f" (the state of other inputs it replaces is now {self.previous})" if swap else ""))
 
     def restore_finished(self, digest: dict[str, Any]) -> bool:
         """When a finished state of the same digest is intact, write the declared outputs again from it (the
@@ -175,8 +236,10 @@ class StateDir:
         return state
 
     def prepare(self, digest: dict[str, Any]) -> dict[str, Any] | None:
-        """Resume or clear. Returns the state to resume from (last.pt, else prev.pt), or None (fresh start; the
-        log of earlier attempts with the same digest is kept)."""
+        """Resume, or make room for a fresh start: a state of other inputs is moved to previous/, a finished
+        one of these inputs (which restore_finished refused) cleared. Returns the state to resume from
+        (last.pt, else prev.pt), or None (fresh start; the log of earlier attempts with the same digest is
+        kept). Called only once the inputs were checked against the data."""
         same = False
         if self.digest_file.exists() and not self.finished.exists():
             try:
@@ -184,10 +247,16 @@ class StateDir:
             except LnReproError:
                 same = False
         if not same:
-            if self.digest_file.exists():
-                say(f"{self.root} belongs to other inputs or to a finished training: cleared, training afresh")
             self.root.mkdir(parents=True, exist_ok=True)
-            self._clear()
+            self._complete_moves()
+            if self._state_files() and self._digest_in(self.root) == digest["digest"]:
+                say(f"{self.root}: the finished training of these inputs failed its checks: cleared, training "
+                    "afresh")
+                self._clear()
+            elif self._state_files():
+                say(f"{self.root} belongs to other inputs: moved to {self.previous} (replacing the one there), "
+                    "training afresh")
+                self._move_current_to_previous()
             atomic_write_json(self.digest_file, digest)
             return None
         damaged = False

@@ -6,7 +6,10 @@ with the settings in ``config.json`` (a ``lnrepro.config.RunConfig``), keeping e
 summary.json, epochs/epochNNN.json) from that state at the end; a state that finished with the same inputs
 writes them again, byte for byte, without training. File formats: docs/outputs.md.
 
-Run it as ``lnrepro train --config CONFIG_JSON --bpe BPE_DIR --run-dir RUN_DIR --threads N``.
+Run it as ``lnrepro train --config CONFIG_JSON --bpe BPE_DIR --run-dir RUN_DIR --threads N`` (the workflow adds
+``--config-sha256``, the digest of the config.json its experiment resolves the run to). Everything is checked
+before the state of an earlier training is touched: config.json against that digest, the data against the
+settings; a state of other inputs is then moved to ``state/previous/``, never deleted.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -22,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -29,11 +34,11 @@ from ..errors import LnReproError
 from ..config import RunConfig
 from ..io import atomic_torch_save, cpu_name, file_sha256, finite_json, where_ran
 from ..model import Transformer, weights_blob
-from ..paths import RunFolder
+from ..paths import EXPERIMENT_JSON, RunFolder
 from ..records import Divergence, EpochManifest, RunRecord, RunStatus, RunSummary
 from ..vocab import PAD
 from .batching import batch_by_size, collate, epoch_order, read_ids
-from .checkpoint import RunLog, StateDir, capture_rng, restore_rng, run_digest, write_outputs
+from .checkpoint import RunLog, StateDir, capture_rng, restore_rng, run_digest, say, write_outputs
 from ..optimizers import build_optimizer, optimizer_of, optimizer_settings
 from .step import StepSettings, train_step
 
@@ -92,6 +97,30 @@ def training_inputs(bpe_dir: Path) -> list[Path]:
     return [bpe_dir / "spm.model", bpe_dir / f"train.{SRC_LANG}.ids", bpe_dir / f"train.{TGT_LANG}.ids"]
 
 
+def check_config(config_json: Path, run_dir: Path, expected: str | None) -> None:
+    """Refuse a config.json whose sha256 is not ``expected``, the digest of the config.json the experiment
+    resolves the run to (``RunConfig.sha256``, passed by the workflow): a hand edit, or a file written from
+    another configuration, would train settings that experiment.json and the report do not show."""
+    if expected is None:
+        return
+    actual = file_sha256(config_json)
+    if actual != expected:
+        experiment_json = Path(os.path.normpath(Path(run_dir, "..", "..", "..")), EXPERIMENT_JSON)  # run_dir: {exp}/runs/{run}/seed{seed}
+        raise LnReproError(
+            f"{config_json}: not the config.json the experiment resolves this run to (its sha256 is "
+            f"{actual[:12]}..., the experiment's configuration gives {expected[:12]}..., the run's settings in "
+            f"{experiment_json}): edited by hand or written from another configuration. Nothing was trained or "
+            f"changed; write it again from the configuration: snakemake --forcerun write_run_config (with the "
+            f"same --configfile), or set the change in the config files instead")
+
+
+def execution_facts(device: torch.device, threads: int) -> dict[str, Any]:
+    """What decides a training's bits besides its inputs (config.json, the data): library versions, device
+    and threads. An attempt under other facts than the one it resumes continues, but is not bitwise the same."""
+    return {"torch": torch.__version__, "numpy": np.__version__, "device": device.type,
+            "device_name": device_name(device), "threads": threads}
+
+
 def _load_pairs(bpe_dir: Path, max_positions: int, vocab_size: int) -> tuple[list[list[int]], list[list[int]]]:
     src_path, tgt_path = bpe_dir / f"train.{SRC_LANG}.ids", bpe_dir / f"train.{TGT_LANG}.ids"
     src, tgt = read_ids(src_path, vocab_size), read_ids(tgt_path, vocab_size)
@@ -124,11 +153,9 @@ class _Trainer:
 
         self.mcfg = cfg.model.model_config(vocab_size(self.bpe_dir / "spm.model"))
         self.digest, self.state_dir = digest, state_dir
-        self.resume = state_dir.prepare(digest)
-        self.log = RunLog(self.state_dir.log)
-        self.attempt = 1 + sum(1 for r in self.log.records() if r.get("kind") == "attempt")
 
-        # Data: batches built once from the seed (fairseq), collated once (cheap, saves per-epoch work).
+        # Data: batches built once from the seed (fairseq), collated once (cheap, saves per-epoch work). Checked
+        # against the settings (max_positions, max_tokens, the vocabulary) before the state is touched.
         src, tgt = _load_pairs(self.bpe_dir, self.mcfg.max_positions, self.mcfg.vocab_size)
         self.num_pairs = len(src)
         index_batches = batch_by_size([len(s) for s in src], [len(t) for t in tgt], self.train.max_tokens, self.seed,
@@ -137,6 +164,9 @@ class _Trainer:
         for idx in index_batches:
             s, p, t = collate([src[i] for i in idx], [tgt[i] for i in idx])
             self.batches.append(Batch(s, p, t, int(t.ne(PAD).sum())))
+        self.resume = state_dir.prepare(digest)  # the inputs are valid: an earlier state may now move aside
+        self.log = RunLog(self.state_dir.log)
+        self.attempt = 1 + sum(1 for r in self.log.records() if r.get("kind") == "attempt")
 
         # Model and optimizer. Init under the run's seed, as fairseq seeds torch before building the model.
         torch.manual_seed(self.seed)
@@ -163,10 +193,29 @@ class _Trainer:
             self.tokens_done = r["tokens_done"]
             self.last_loss = r.get("last_loss", {})
             restore_rng(r["rng"])
+        self.execution = execution_facts(self.device, threads)
+        self._say_execution_changes()
         self.log.write({"kind": "attempt", "attempt": self.attempt, "resumed_update": self.update,
                         "resumed_epoch": self.epoch, "resumed_pos": self.pos,
-                        "resumed_from": self.state_dir.resumed_from, "startup_s": time.time() - self.t_start,
-                        "wall_s": time.time() - self.t_start, "time": time.time()})
+                        "resumed_from": self.state_dir.resumed_from, "execution": self.execution,
+                        "startup_s": time.time() - self.t_start, "wall_s": time.time() - self.t_start,
+                        "time": time.time()})
+
+    def _say_execution_changes(self) -> None:
+        """A resumed state trained under other execution facts continues, said on stderr (run.json's
+        ``executions`` lists every attempt's): its bits are then not an uninterrupted run's."""
+        if self.resume is None:
+            return
+        before = [r for r in self.log.records() if r.get("kind") == "attempt" and "execution" in r]
+        if not before:
+            return
+        last = before[-1]
+        changed = {k: (last["execution"].get(k), v) for k, v in self.execution.items()
+                   if last["execution"].get(k) != v}
+        if changed:
+            say(f"resuming {self.state_dir.root} at update {self.update} under other execution facts than attempt "
+                f"{last['attempt']}: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
+                + "; the result is not bitwise an uninterrupted run's (run.json: executions)")
 
     # ---- state ------------------------------------------------------------------------------------------------
 
@@ -266,8 +315,10 @@ class _Trainer:
         end = self.end or {"reason": RunStatus.COMPLETED.value}
         diverged = end["reason"] == RunStatus.DIVERGED
         config_sha256 = self.digest["parts"]["config.json"]
+        data_sha256 = {name: sha for name, sha in self.digest["parts"].items() if name != "config.json"}
         for ep in range(1, self.epochs + 1):
-            own = {"run": self.cfg.run, "seed": self.seed, "config_sha256": config_sha256, "where_ran": ran}
+            own = {"run": self.cfg.run, "seed": self.seed, "config_sha256": config_sha256,
+                   "data_sha256": data_sha256, "where_ran": ran}
             if ep in done:
                 manifest = EpochManifest.from_dict({**done[ep], **own})
             else:
@@ -295,6 +346,8 @@ class _Trainer:
             optimizer_settings=optimizer_settings(self.cfg.optim), train_pairs=self.num_pairs,
             batches_per_epoch=len(self.batches), source_lang=SRC_LANG, target_lang=TGT_LANG,
             git_commit=commit, git_dirty=dirty, attempts=self.attempt, where_ran=ran,
+            executions=[{"attempt": r["attempt"], "resumed_update": r["resumed_update"], **r["execution"]}
+                        for r in records if r.get("kind") == "attempt" and "execution" in r],
         ).text().encode()
         out[names.summary] = RunSummary(
             run=self.cfg.run, seed=self.seed, status=RunStatus(end["reason"]),
@@ -310,12 +363,16 @@ class _Trainer:
         return out
 
 
-def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int) -> None:
+def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int, config_sha256: str | None = None) -> None:
     """Train one run and write its declared outputs: resuming its unfinished state if any, or, when its state
-    finished with these inputs, only writing the outputs again. One trainer at a time per state/ (a lock)."""
+    finished with these inputs, only writing the outputs again; a state of these inputs in state/previous/ is
+    taken back first. ``config_sha256``: the digest config.json must have (else nothing is touched). One
+    trainer at a time per state/ (a lock)."""
     run_dir, config_json, bpe_dir = Path(run_dir), Path(config_json), Path(bpe_dir)
+    check_config(config_json, run_dir, config_sha256)
     with StateDir(run_dir).locked() as state_dir:
         digest = run_digest(config_json, training_inputs(bpe_dir))
+        state_dir.take_back(digest)
         if state_dir.restore_finished(digest):
             return
         trainer = _Trainer(config_json, bpe_dir, threads, state_dir, digest)
