@@ -25,6 +25,7 @@ import yaml
 from conftest import DEMO_PAIR, REPO, DemoRun, copy_run, snakemake
 from lnrepro.config import RunConfig, experiment, load_config
 from lnrepro.errors import LnReproError
+from lnrepro.io import file_sha256
 from lnrepro.config.settings import used_settings
 from run_results import score_diffs, table_diffs, training_diffs
 
@@ -215,6 +216,36 @@ def test_divergence_is_recorded_the_dag_completes_and_the_report_shows_it(demo_p
     assert divergence.loc[NOWARMUP_STEP, "n_diverged"] == 1 and divergence.loc[WARMUP_ISQRT, "n_diverged"] == 0
     assert pd.read_csv(tables / "failures.csv").set_index("run").loc[NOWARMUP_STEP, "n_diverged"] == 1
     assert "diverged" in (run.exp_dir / "report" / "index.html").read_text()
+
+
+# ---- a run's config.json edited by hand (issue 20) -----------------------------------------------------------
+
+
+def test_a_hand_edited_run_config_is_refused_and_forcerun_write_run_config_restores_the_run(demo_pair_run, tmp_path):
+    """config.json is not the one the experiment resolves the run to (lr_max 3e-3 to 1e-4 by hand): the trainer
+    stops with one message before touching the finished state; ``--forcerun write_run_config`` writes it again,
+    and the finished training's outputs come back without training: every result the clean run's."""
+    run = copy_run(demo_pair_run, tmp_path)
+    run_dir = run.exp_dir / "runs" / WARMUP_ISQRT / "seed1"
+    config = run_dir / "config.json"
+    state = {p.relative_to(run_dir): file_sha256(p) for p in sorted((run_dir / "state").rglob("*.pt"))}
+    settings = json.loads(config.read_text())
+    settings["optim"]["lr_max"] = 1.0e-4
+    config.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+    proc = snakemake(run.workdir, "--cores", "2", "--configfile", *DEMO_PAIR, check=False)
+    assert proc.returncode != 0, "a hand-edited config.json was trained"
+    log = (run.exp_dir / "logs" / "train_run" / f"{WARMUP_ISQRT}.seed1.log").read_text()
+    assert (f"results/demo/runs/{WARMUP_ISQRT}/seed1/config.json: not the config.json the experiment resolves this "
+            "run to") in log and "snakemake --forcerun write_run_config" in log, log[-3000:]
+    assert {p.relative_to(run_dir): file_sha256(p) for p in sorted((run_dir / "state").rglob("*.pt"))} == state
+    snakemake(run.workdir, "--cores", "2", "--configfile", *DEMO_PAIR, "--forcerun", "write_run_config")
+    assert config.read_bytes() == (demo_pair_run.exp_dir / config.relative_to(run.exp_dir)).read_bytes()
+    for train_log in run.exp_dir.glob("runs/*/seed*/train.jsonl"):  # nothing trained again
+        attempts = [r for r in map(json.loads, train_log.read_text().splitlines()) if r["kind"] == "attempt"]
+        assert [a["attempt"] for a in attempts] == [1], train_log
+    assert training_diffs(demo_pair_run.exp_dir, run.exp_dir) == []
+    assert score_diffs(demo_pair_run.exp_dir, run.exp_dir) == []
+    assert table_diffs(demo_pair_run.exp_dir, run.exp_dir) == []
 
 
 # ---- SIGKILL of snakemake itself ------------------------------------------------------------------------------
