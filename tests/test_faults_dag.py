@@ -248,6 +248,30 @@ def test_a_hand_edited_run_config_is_refused_and_forcerun_write_run_config_resto
     assert table_diffs(demo_pair_run.exp_dir, run.exp_dir) == []
 
 
+def test_max_tokens_shorter_than_a_pair_keeps_the_finished_runs_and_reverting_it_retrains_nothing(demo_pair_run,
+                                                                                                   tmp_path):
+    """train.max_tokens 16 (issue 20): every training stops with the message before its finished state is
+    touched; reverting the setting writes the finished trainings' outputs again, without training."""
+    run = copy_run(demo_pair_run, tmp_path)
+    states = {p.relative_to(run.exp_dir): file_sha256(p) for p in sorted(run.exp_dir.glob("runs/*/seed*/state/**/*"))
+              if p.is_file() and p.name != "lock"}
+    short = _layer(tmp_path / "short.yaml", {"defaults": {"train": {"max_tokens": 16}}})
+    proc = snakemake(run.workdir, "--cores", "2", "--keep-going", "--configfile", *DEMO_PAIR, short, check=False)
+    assert proc.returncode != 0
+    for name in (WARMUP_ISQRT, NOWARMUP_STEP):
+        log = (run.exp_dir / "logs" / "train_run" / f"{name}.seed1.log").read_text()
+        assert "train.max_tokens: sentence pair" in log and "more than max_tokens=16" in log, log[-3000:]
+    assert {p.relative_to(run.exp_dir): file_sha256(p) for p in sorted(run.exp_dir.glob("runs/*/seed*/state/**/*"))
+            if p.is_file() and p.name != "lock"} == states  # every finished weights and state file as it was
+    snakemake(run.workdir, "--cores", "2", "--configfile", *DEMO_PAIR)
+    for train_log in run.exp_dir.glob("runs/*/seed*/train.jsonl"):
+        attempts = [r for r in map(json.loads, train_log.read_text().splitlines()) if r["kind"] == "attempt"]
+        assert [a["attempt"] for a in attempts] == [1], train_log
+    assert training_diffs(demo_pair_run.exp_dir, run.exp_dir) == []
+    assert score_diffs(demo_pair_run.exp_dir, run.exp_dir) == []
+    assert table_diffs(demo_pair_run.exp_dir, run.exp_dir) == []
+
+
 # ---- SIGKILL of snakemake itself ------------------------------------------------------------------------------
 
 
