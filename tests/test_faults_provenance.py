@@ -261,3 +261,19 @@ def test_a_resume_with_another_thread_count_is_logged_and_recorded(bpe, tmp_path
     executions = json.loads((run / "run.json").read_text())["executions"]
     assert [(e["attempt"], e["threads"]) for e in executions] == [(1, 1), (2, 2)]
     assert executions[1]["resumed_update"] > 0
+
+
+def test_a_move_to_previous_cut_short_by_a_kill_is_finished_by_the_next_trainer(finished, bpe, tmp_path):
+    """A kill halfway through moving the finished state aside (some files in state/.to_previous/, the rest still
+    in state/): the next trainer finishes the move, so that state is whole in previous/ and taken back later."""
+    run, cfg = copy_finished(finished, tmp_path)
+    first, state_a = outputs(run), snapshot(run / "state")
+    moving = run / "state" / ".to_previous"
+    moving.mkdir()
+    for name in ("epochs", "last.pt"):
+        os.replace(run / "state" / name, moving / name)
+    other = config_with(tmp_path / "other.json", optim={"lr_max": 1e-3})
+    trained(run, other, bpe)
+    assert snapshot(run / "state" / "previous") == state_a and not moving.exists()
+    assert "already trained with these inputs" in trained(run, cfg, bpe)
+    assert outputs(run) == first and len(attempts(run)) == 1
