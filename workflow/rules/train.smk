@@ -23,7 +23,8 @@ rule train_run:
     conda:
         CONDA_ENV
     shell:
-        "lnrepro train --config {input.config} --bpe " + P.bpe + " --run-dir " + P.run_dir("{wildcards.run}", "{wildcards.seed}") + " --config-sha256 {params.config_sha256} --threads {threads} > {log} 2>&1"
+        "lnrepro train --config {input.config} --bpe " + P.bpe + " --run-dir " + P.run_dir("{wildcards.run}", "{wildcards.seed}")
+        + " --config-sha256 {params.config_sha256} --threads {threads} > {log} 2>&1"
 
 
 rule train:

@@ -105,7 +105,8 @@ def check_config(config_json: Path, run_dir: Path, expected: str | None) -> None
         return
     actual = file_sha256(config_json)
     if actual != expected:
-        experiment_json = Path(os.path.normpath(Path(run_dir, "..", "..", "..")), EXPERIMENT_JSON)  # run_dir: {exp}/runs/{run}/seed{seed}
+        # run_dir is {exp}/runs/{run}/seed{seed}: the experiment's slice is three folders up
+        experiment_json = Path(os.path.normpath(Path(run_dir, "..", "..", "..")), EXPERIMENT_JSON)
         raise LnReproError(
             f"{config_json}: not the config.json the experiment resolves this run to (its sha256 is "
             f"{actual[:12]}..., the experiment's configuration gives {expected[:12]}..., the run's settings in "
@@ -363,7 +364,8 @@ class _Trainer:
         return out
 
 
-def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int, config_sha256: str | None = None) -> None:
+def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int,
+              config_sha256: str | None = None) -> None:
     """Train one run and write its declared outputs: resuming its unfinished state if any, or, when its state
     finished with these inputs, only writing the outputs again; a state of these inputs in state/previous/ is
     taken back first. ``config_sha256``: the digest config.json must have (else nothing is touched). One
