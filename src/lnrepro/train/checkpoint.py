@@ -185,7 +185,8 @@ class StateDir:
 
     def restore_finished(self, digest: dict[str, Any]) -> bool:
         """When a finished state of the same digest is intact, write the declared outputs again from it (the
-        bytes of the first time) and return True; otherwise False (prepare() then clears it)."""
+        bytes of the first time) and return True; otherwise False (prepare() then moves it to previous/ when
+        it is of other inputs, clears it when it is of these)."""
         if not self.finished.exists():
             return False
         try:
@@ -254,8 +255,8 @@ class StateDir:
                     "afresh")
                 self._clear()
             elif self._state_files():
-                say(f"{self.root} belongs to other inputs: moved to {self.previous} (replacing the one there), "
-                    "training afresh")
+                replaced = " (replacing the older one there)" if self.previous.exists() else ""
+                say(f"{self.root} belongs to other inputs: moved to {self.previous}{replaced}, training afresh")
                 self._move_current_to_previous()
             atomic_write_json(self.digest_file, digest)
             return None
