@@ -4,11 +4,14 @@ fabricated BPE folder, the fit over depths, and the measurement after warm-up.""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
+import sentencepiece as spm
 import torch
 import torch.nn as nn
 
@@ -200,7 +203,14 @@ def test_fit_table_from_gradinit_rows(table):
 # ---- after warm-up
 
 
-def _checkpoint(run_dir, model, epoch: int, updates: int, run: str = "postln_warmup_isqrt", status: str = "ok"):
+def _trained_on(bpe) -> dict:
+    """A BPE folder as apply_bpe leaves it (stats.json names its model) and the manifests' data_sha256 of it."""
+    (bpe / "stats.json").write_text(json.dumps({"spm_model_sha256": file_sha256(bpe / "spm.model")}))
+    return {name: file_sha256(bpe / name) for name in ("spm.model", "train.de.ids", "train.en.ids")}
+
+
+def _checkpoint(run_dir, model, epoch: int, updates: int, run: str = "postln_warmup_isqrt", status: str = "ok",
+                data: dict | None = None):
     """An epoch manifest as training writes it, with its weights file."""
     weights = run_dir / "state" / "epochs" / f"epoch{epoch:03d}.pt"
     atomic_torch_save(weights_blob(model), weights)
@@ -208,12 +218,12 @@ def _checkpoint(run_dir, model, epoch: int, updates: int, run: str = "postln_war
     atomic_write_json(manifest, {"epoch": epoch, "status": status, "weights": str(weights.relative_to(run_dir)),
                                  "sha256": file_sha256(weights), "updates": updates, "run": run,
                                  "seed": int(run_dir.name.removeprefix("seed")), "wall_s": 1.0, "partial": False,
-                                 "config_sha256": None, "where_ran": {}})
+                                 "config_sha256": None, "data_sha256": data, "where_ran": {}})
     return manifest
 
 
 def test_after_warmup_takes_the_first_checkpoint_that_reaches_t_warmup(tmp_path):
-    fake_bpe(tmp_path / "bpe")
+    data = _trained_on(fake_bpe(tmp_path / "bpe"))
     exp = experiment(2)
     t_warmup = exp.runs["postln_warmup_isqrt"].schedule.warmup_updates
     torch.manual_seed(0)
@@ -221,8 +231,9 @@ def test_after_warmup_takes_the_first_checkpoint_that_reaches_t_warmup(tmp_path)
     manifests = []
     for seed in (1, 2):
         d = tmp_path / "runs" / "postln_warmup_isqrt" / f"seed{seed}"
-        manifests += [_checkpoint(d, model, 1, t_warmup - 1), _checkpoint(d, model, 2, t_warmup + seed - 1),
-                      _checkpoint(d, model, 3, 2 * t_warmup)]
+        manifests += [_checkpoint(d, model, 1, t_warmup - 1, data=data),
+                      _checkpoint(d, model, 2, t_warmup + seed - 1, data=data),
+                      _checkpoint(d, model, 3, 2 * t_warmup, data=data)]
     chosen = warmup_end_checkpoints(manifests, "postln_warmup_isqrt", t_warmup)
     assert {s: m.epoch for s, (_, m) in chosen.items()} == {1: 2, 2: 2}
     config = exp.gradinit_config(after_warmup=True)
@@ -234,3 +245,11 @@ def test_after_warmup_takes_the_first_checkpoint_that_reaches_t_warmup(tmp_path)
         warmup_end_checkpoints(manifests[:1], "postln_warmup_isqrt", t_warmup)
     with pytest.raises(LnReproError, match="expected 'other'"):
         warmup_end_checkpoints(manifests, "other", t_warmup)
+    # the BPE folder of another experiment (same vocabulary) is refused, as scoring refuses it
+    other = shutil.copytree(tmp_path / "bpe", tmp_path / "other")
+    (other / "spm.txt").write_text("\n".join(f"ein baum ist gross zahl {i} a tree is big" for i in range(50)) + "\n")
+    spm.SentencePieceTrainer.train(input=str(other / "spm.txt"), model_prefix=str(other / "spm"), vocab_size=40,
+                                   model_type="bpe", bos_id=0, pad_id=1, eos_id=2, unk_id=3, minloglevel=2)
+    assert _trained_on(other)["spm.model"] != data["spm.model"]
+    with pytest.raises(LnReproError, match=r"spm\.model: not the BPE model .*epoch002\.json was trained with"):
+        run_after_warmup(config, tmp_path / "other", manifests, tmp_path / "aw2.csv", threads=1)

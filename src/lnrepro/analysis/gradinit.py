@@ -295,6 +295,7 @@ def run_after_warmup(config: GradinitConfig, bpe_dir: Path, manifests: Iterable[
                      threads: int) -> pd.DataFrame:
     """The measurement on ``analysis.gradinit.after_warmup_run``'s checkpoint at the end of warm-up, one per seed
     of ``manifests`` (every epoch manifest of that run), on that seed's batches. Writes ``out_csv``."""
+    from ..evaluate.score import check_bpe
     from ..model import load_model
 
     run, t_warmup = config.gradinit.after_warmup_run, config.warmup_updates
@@ -304,6 +305,7 @@ def run_after_warmup(config: GradinitConfig, bpe_dir: Path, manifests: Iterable[
     job = _Job(config, bpe_dir, threads)
     rows: list[dict[str, Any]] = []
     for seed, (path, m) in warmup_end_checkpoints(manifests, run, t_warmup).items():
+        check_bpe(m, path, bpe_dir)  # the checkpoint's own BPE model and data, as scoring checks them
         print(f"gradinit after warm-up: {run} seed {seed}: epoch {m.epoch} ({m.updates} updates, "
               f"T_warmup {t_warmup}), {path}", flush=True)
         model = load_model(m.weights_file(RunFolder.of_manifest(path).root, path))
