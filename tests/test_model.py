@@ -1,4 +1,4 @@
-"""Model: LN placement, fairseq 0.9.0 initialization statistics, parameter count, positions, KV cache (grown, reordered in general or into beams sharing encoder rows)."""
+"""Model: LN placement, fairseq 0.9.0 initialization statistics, parameter count, positions, KV cache."""
 
 import math
 
