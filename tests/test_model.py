@@ -195,6 +195,26 @@ def test_cached_decode_equals_uncached(norm):
         torch.testing.assert_close(torch.cat(out, 1), full[index, 3:], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_cache_expanded_into_beams_shares_encoder_rows(norm):
+    """Beam search's expansion (reorder with shared_encoder): each sentence's rows keep one row of encoder
+    keys/values, and decoding on gives exactly the cache reordered with them repeated."""
+    m = tiny(norm)
+    src, prev = batch()
+    index = torch.tensor([0, 0, 1, 1, 2, 2])
+    with torch.no_grad():
+        enc = m.encode(src)
+        shared, repeated = m.new_cache(6, prev.size(1)), m.new_cache()
+        for cache in (shared, repeated):
+            m.decode(prev[:, :1], enc, cache)
+        shared.reorder(index, shared_encoder=True)
+        repeated.reorder(index)
+        assert shared.encoder_rows == 3 and repeated.encoder_rows == 6
+        a = [m.decode(prev[index, t: t + 1], enc, shared) for t in range(1, prev.size(1))]
+        b = [m.decode(prev[index, t: t + 1], enc.reorder(index), repeated) for t in range(1, prev.size(1))]
+        assert torch.equal(torch.cat(a, 1), torch.cat(b, 1))
+
+
 def test_load_model_roundtrip(tmp_path):
     m = tiny("pre")
     torch.save(weights_blob(m), tmp_path / "w.pt")

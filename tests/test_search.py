@@ -37,19 +37,25 @@ class FakeEnc:
     def reorder(self, index: torch.Tensor) -> "FakeEnc":
         return FakeEnc(self.src.index_select(0, index))
 
+    def move(self, dst: torch.Tensor, src: torch.Tensor, rows: int) -> "FakeEnc":
+        index = torch.arange(rows)
+        index[dst] = src
+        return self.reorder(index)
+
 
 class FakeCache:
-    """Stands in for KVCache: stores the decoder input so far, reordered in place like the real one."""
+    """Stands in for KVCache: stores the decoder input so far in a buffer of rows x capacity, reordered and
+    moved in place like the real one."""
 
-    def __init__(self):
-        self.tokens: torch.Tensor | None = None
+    def __init__(self, rows: int, capacity: int):
+        self.tokens = torch.full((rows, capacity), -1, dtype=torch.long)
+        self.length = 0
 
-    @property
-    def length(self) -> int:
-        return 0 if self.tokens is None else self.tokens.size(1)
+    def reorder(self, index: torch.Tensor, shared_encoder: bool = False) -> None:
+        self.tokens[: index.numel(), : self.length] = self.tokens[index, : self.length]
 
-    def reorder(self, index: torch.Tensor) -> None:
-        self.tokens = self.tokens.index_select(0, index)
+    def move(self, dst: torch.Tensor, src: torch.Tensor, sentences=None) -> None:
+        self.tokens[dst, : self.length] = self.tokens[src, : self.length]
 
 
 class TableModel:
@@ -59,11 +65,13 @@ class TableModel:
         self.table = table
         self.history = history
 
+    beams_share_encoder = False  # the decoder checks that the encoder output has one row per hypothesis
+
     def encode(self, src):
         return FakeEnc(src)
 
-    def new_cache(self):
-        return FakeCache()
+    def new_cache(self, rows: int, capacity: int):
+        return FakeCache(rows, capacity)
 
     def _key(self, prefix: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
         if not self.history:
@@ -74,9 +82,10 @@ class TableModel:
     def decode(self, prev, enc, cache=None):
         assert prev.size(0) == enc.src.size(0), "encoder output not reordered with the beams"
         if cache is not None:
-            full = prev if cache.tokens is None else torch.cat([cache.tokens, prev], 1)
-            cache.tokens = full
-            new = prev.size(1)
+            n, end = prev.size(0), cache.length + prev.size(1)
+            cache.tokens[:n, cache.length : end] = prev
+            full, new = cache.tokens[:n, :end], prev.size(1)
+            cache.length = end
         else:
             full, new = prev, prev.size(1)
         T = full.size(1)
@@ -298,9 +307,38 @@ def test_real_model_cached_equals_uncached(norm):
     assert greedy(m, src, DecodeOptions(max_len_b=12)) == greedy(m, src, DecodeOptions(max_len_b=12, cached=False))
 
 
-class ModelWithItsCache:
-    """The real model behind the generic interface: the search then uses the model's own KVCache (reorder)
-    instead of its row cache."""
+class ReorderedCache:
+    """The model's cache, index-selected in full before every step (fairseq's reorder_incremental_state, the
+    encoder's keys/values one per hypothesis) instead of moved row by row; it starts empty and grows."""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.origin: torch.Tensor | None = None  # the row each row comes from since the last step
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    def reorder(self, index, shared_encoder=False):
+        assert not shared_encoder
+        self.cache.reorder(index)
+
+    def move(self, dst, src, sentences=None):
+        if self.origin is None:
+            self.origin = torch.arange(self.cache.encoder_rows)
+        self.origin[dst] = self.origin[src]
+
+    def before_step(self, rows: int) -> None:
+        if self.origin is not None:
+            self.cache.reorder(self.origin[:rows])
+            self.origin = None
+
+
+class ModelReorderingItsCache:
+    """The real model behind the generic interface, with one encoder row per hypothesis and its cache reordered
+    every step (``ReorderedCache``)."""
+
+    beams_share_encoder = False
 
     def __init__(self, model):
         self.model = model
@@ -309,25 +347,29 @@ class ModelWithItsCache:
         return self.model.encode(src)
 
     def decode(self, prev, enc, cache=None):
-        return self.model.decode(prev, enc, cache)
+        if cache is None:
+            return self.model.decode(prev, enc)
+        cache.before_step(prev.size(0))
+        return self.model.decode(prev, enc, cache.cache)
 
-    def new_cache(self):
-        return self.model.new_cache()
+    def new_cache(self, rows, capacity):
+        return ReorderedCache(self.model.new_cache())
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
-def test_row_cache_equals_model_cache(norm):
-    """The search's row cache (rows copied only when their hypothesis changes) gives exactly the results of
-    the model's KVCache reordered every step."""
+def test_moved_cache_equals_reordered_cache(norm):
+    """The cache moved row by row (rows copied only when their hypothesis changes, one encoder row per sentence)
+    gives exactly the results of the cache reordered every step."""
     m = _tiny_model(norm)
     src = _real_src()
     for beam in (1, 3):
         opts = DecodeOptions(beam=beam, lenpen=1.2, max_len_b=12)
         rows = beam_search_nbest(m, src, opts)
-        model_cache = beam_search_nbest(ModelWithItsCache(m), src, opts)
+        reordered = beam_search_nbest(ModelReorderingItsCache(m), src, opts)
         assert [[(h.tokens, h.score, h.positional_scores) for h in n] for n in rows] == \
-            [[(h.tokens, h.score, h.positional_scores) for h in n] for n in model_cache]
-    assert greedy(m, src, DecodeOptions(max_len_b=12)) == greedy(ModelWithItsCache(m), src, DecodeOptions(max_len_b=12))
+            [[(h.tokens, h.score, h.positional_scores) for h in n] for n in reordered]
+    assert greedy(m, src, DecodeOptions(max_len_b=12)) == \
+        greedy(ModelReorderingItsCache(m), src, DecodeOptions(max_len_b=12))
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])

@@ -32,13 +32,18 @@ its output depends on how sentences are batched. Here ``src_len`` is each senten
 With the defaults (a = 0, b = 200) both are identical.
 
 What differs from fairseq's code, not its results (scoring spends its time here): each hypothesis keeps
-one row of buffers allocated once per batch (decoder input, cumulative scores, and for the project's
-Transformer the keys/values, ``_RowCache``), and only rows whose hypothesis changes are copied (fairseq
+one row of buffers allocated once per batch (decoder input, cumulative scores, and the model's key/value
+cache, ``lnrepro.model.KVCache``), and only rows whose hypothesis changes are copied (fairseq
 index-selects its whole incremental state every step); step 0 runs the decoder on one row per sentence
 instead of ``beam`` identical ones; the beams of a sentence share one copy of its encoder output and of
 the encoder-attention keys/values (fairseq repeats them ``beam`` times; ``shared_attend`` in the model gives
 exactly the values of repeated ones, and only sentences, not hypotheses, move them); fairseq's NaN -> -inf
 pass over all log-probabilities is replaced by a check of the selected values (``_nan_free``).
+
+What the search uses of a model (``lnrepro.model.Transformer``, or the tests' stand-ins): ``encode(src)``, an
+encoder output with ``reorder(index)`` and ``move(dst, src, rows)``; ``decode(prev, enc, cache=None)``;
+``new_cache(rows, capacity)``, a cache with ``length``, ``reorder(index, shared_encoder)`` and
+``move(dst, src, sentences=None)``; ``beams_share_encoder``; optionally ``cfg.max_positions``.
 """
 
 from __future__ import annotations
@@ -51,7 +56,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..model.transformer import EncoderOut, Transformer
 from ..vocab import EOS, PAD, UNK
 
 __all__ = ["DecodeOptions", "Hyp", "greedy", "beam_search", "beam_search_nbest", "translate", "pad_batch",
@@ -132,143 +136,19 @@ def max_lengths(model: Any, src: Tensor, opts: DecodeOptions) -> Tensor:
     return max_len
 
 
-def _reorder(obj: Any, index: Tensor) -> Any:
-    """Call ``obj.reorder(index)``; accept both in-place (returns None) and functional implementations."""
-    out = obj.reorder(index)
-    return obj if out is None else out
-
-
 # ----------------------------------------------------------------------------------------------- rows
 #
 # Every hypothesis of a batch owns one row of buffers allocated once per batch (decoder input, cumulative
-# scores, the key/value cache). fairseq index-selects every row of its incremental state at every step
+# scores, the model's key/value cache). fairseq index-selects every row of its incremental state at every step
 # (``reorder_incremental_state``); here, when a sentence's beams are reordered, only the rows whose hypothesis
 # is replaced are overwritten (``_assign_rows``), and a finished sentence's rows are refilled with the last
-# sentence's (``_fill_holes``). The values every row holds are the same as fairseq's.
+# sentence's (``_fill_holes``): ``move(dst, src, ...)`` of the encoder output and the cache. The values every
+# row holds are the same as fairseq's.
 
 
-_SentenceMove = tuple[Tensor, Tensor, int]  # the sentences' (dst, src, count) of a move (_RowCache.move)
-
-
-class _LayerRows:
-    """One decoder layer's keys/values in row buffers: the interface of ``lnrepro.model``'s ``LayerCache``."""
-
-    def __init__(self, cache: "_RowCache") -> None:
-        self.cache = cache
-        self.self_kv: tuple[Tensor, Tensor] | None = None  # [allocated rows, heads, capacity, head_dim] each
-        self.encoder_kv: tuple[Tensor, Tensor] | None = None  # [sentences, heads, src_len, head_dim] each
-
-    def self_attention(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write this step's keys/values in place and return views of all positions so far."""
-        n, start, end = k.size(0), self.cache.length, self.cache.length + k.size(2)
-        if self.self_kv is None:  # head shape and dtype (bf16 under autocast) are known at the first call
-            shape = (self.cache.allocated, k.size(1), self.cache.capacity, k.size(3))
-            self.self_kv = (k.new_empty(shape), v.new_empty(shape))
-        kb, vb = self.self_kv
-        kb[:n, :, start:end] = k
-        vb[:n, :, start:end] = v
-        return kb[:n, :, :end], vb[:n, :, :end]
-
-    def encoder_attention(self, compute_kv: Any) -> tuple[Tensor, Tensor]:
-        """The encoder output's keys/values, one row per sentence (its beams share them: ``attend``), computed
-        once (fairseq's static_kv) and stored contiguous, so that no step's attention copies them."""
-        if self.encoder_kv is None:
-            k, v = compute_kv()
-            self.encoder_kv = (k.contiguous(), v.contiguous())
-        n = self.cache.sentences
-        return self.encoder_kv[0][:n], self.encoder_kv[1][:n]
-
-    def move(self, dst: Tensor, src: Tensor) -> None:
-        for buf in self.self_kv or ():
-            self.cache.copy_rows(buf[:, :, : self.cache.length], dst, src)
-
-    def move_sentences(self, dst: Tensor, src: Tensor) -> None:
-        for buf in self.encoder_kv or ():
-            self.cache.copy_rows(buf, dst, src)
-
-    def reorder(self, index: Tensor) -> None:
-        for buf in self.self_kv or ():
-            view = buf[:, :, : self.cache.length]
-            view[: index.numel()] = view[index]
-
-
-class _RowCache:
-    """The Transformer's incremental state for the search: ``length`` positions of the first ``rows`` rows.
-
-    Implements what ``Transformer.decode`` uses of ``lnrepro.model``'s ``KVCache`` (``length``,
-    ``layers[i].self_attention``, ``layers[i].encoder_attention``) with buffers of ``allocated`` rows and
-    ``capacity`` positions, so that no step concatenates or index-selects the whole cache. The encoder's
-    keys/values have one row for each of the first ``sentences`` sentences, shared by its beams.
-    """
-
-    def __init__(self, num_layers: int, rows: int, allocated: int, capacity: int) -> None:
-        self.layers = [_LayerRows(self) for _ in range(num_layers)]
-        self.length = 0
-        self.rows, self.allocated, self.capacity = rows, allocated, capacity
-        self.sentences = rows
-        self.scratch: Tensor | None = None  # holds the rows being copied (copy_rows)
-
-    def copy_rows(self, x: Tensor, dst: Tensor, src: Tensor) -> None:
-        """x[dst] = x[src] through a scratch buffer allocated once: advanced indexing on these strided views
-        is several times slower, and a fresh temporary each time costs page faults."""
-        shape = (src.numel(), *x.shape[1:])
-        size = src.numel() * x[0].numel()
-        if self.scratch is None or self.scratch.numel() < size or self.scratch.dtype != x.dtype:
-            grown = 2 * self.scratch.numel() if self.scratch is not None else 0  # positions grow step by step
-            self.scratch = x.new_empty(max(size, grown, self.allocated * x[0].numel()))
-        rows = self.scratch[:size].view(shape)
-        torch.index_select(x, 0, src, out=rows)
-        x.index_copy_(0, dst, rows)
-
-    def move(self, dst: Tensor, src: Tensor, rows: int, sentences: _SentenceMove | None = None) -> None:
-        """Copy rows ``src`` to rows ``dst``, then keep the first ``rows`` rows; ``sentences`` (dst, src, count)
-        moves the encoder's keys/values likewise (None leaves them: moves within sentences)."""
-        if dst.numel():
-            for layer in self.layers:
-                layer.move(dst, src)
-        self.rows = rows
-        if sentences is not None:
-            s_dst, s_src, self.sentences = sentences
-            if s_dst.numel():
-                for layer in self.layers:
-                    layer.move_sentences(s_dst, s_src)
-
-    def reorder(self, index: Tensor) -> "_RowCache":
-        """Row i becomes row ``index[i]`` (the KVCache interface; used to repeat each sentence beam times; the
-        encoder's keys/values, one row per sentence, stay)."""
-        for layer in self.layers:
-            layer.reorder(index)
-        self.rows = index.numel()
-        return self
-
-
-def _new_cache(model: Any, rows: int, allocated: int, capacity: int, opts: DecodeOptions) -> Any:
-    """The row cache for the project's Transformer; any other model (the tests' stand-ins) its own cache."""
-    if not opts.cached:
-        return None
-    if isinstance(model, Transformer):
-        return _RowCache(len(model.decoder_layers), rows, allocated, capacity)
-    return model.new_cache()
-
-
-def _move(obj: Any, dst: Tensor, src: Tensor, rows: int, sentences: _SentenceMove | None = None) -> Any:
-    """Rows ``dst`` <- rows ``src`` (disjoint sets), then the first ``rows`` rows; returns the moved object.
-
-    The row cache and the model's EncoderOut are updated in place (only the moved rows are copied); other
-    objects through their ``reorder(index)``. ``sentences``: the same move of the sentences, for the row
-    cache's encoder keys/values (one row per sentence); None when the moves stay within sentences.
-    """
-    if obj is None:
-        return None
-    if isinstance(obj, _RowCache):
-        obj.move(dst, src, rows, sentences)
-        return obj
-    if isinstance(obj, EncoderOut):
-        obj.out[dst], obj.pad_mask[dst] = obj.out[src], obj.pad_mask[src]
-        return EncoderOut(obj.out[:rows], obj.pad_mask[:rows])
-    index = torch.arange(rows, device=dst.device)
-    index[dst] = src
-    return _reorder(obj, index)
+def _new_cache(model: Any, rows: int, capacity: int, opts: DecodeOptions) -> Any:
+    """The model's key/value cache for ``rows`` rows of up to ``capacity`` positions; None when uncached."""
+    return model.new_cache(rows, capacity) if opts.cached else None
 
 
 def _lprobs(model: Any, tokens: Tensor, step: int, enc: Any, cache: Any | None) -> Tensor:
@@ -376,7 +256,7 @@ def greedy(model: Any, src_batch: Tensor, opts: DecodeOptions = DecodeOptions())
     bsz = src_batch.size(0)
     max_len = max_lengths(model, src_batch, opts)
     enc = model.encode(src_batch)
-    cache = _new_cache(model, bsz, bsz, int(max_len.max()) + 1, opts)
+    cache = _new_cache(model, bsz, int(max_len.max()) + 1, opts)
     tokens = torch.full((bsz, int(max_len.max()) + 2), EOS, dtype=torch.long, device=src_batch.device)
     alive = torch.arange(bsz, device=src_batch.device)  # original sentence index of each row
     out: list[list[int]] = [[] for _ in range(bsz)]
@@ -397,7 +277,9 @@ def greedy(model: Any, src_batch: Tensor, opts: DecodeOptions = DecodeOptions())
             tokens[holes, : step + 2] = tokens[fillers, : step + 2]
             alive = alive[order]
             n = alive.numel()
-            enc, cache = _move(enc, holes, fillers, n), _move(cache, holes, fillers, n, (holes, fillers, n))
+            enc = enc.move(holes, fillers, n)
+            if cache is not None:
+                cache.move(holes, fillers, (holes, fillers, n))
         step += 1
     return out
 
@@ -432,7 +314,7 @@ class _Beams:
     cum: Tensor  # [bsz0 * beam, max_len + 2]
     enc: Any  # the encoder output: one row per sentence, or (``shared`` False) per hypothesis once step 0 ran
     cache: Any | None
-    shared: bool  # the model attends to one encoder row per sentence from all its beams (the Transformer)
+    shared: bool  # the model attends to one encoder row per sentence from all its beams (beams_share_encoder)
     step: int = 0
 
 
@@ -462,8 +344,8 @@ def _start(model: Any, src: Tensor, opts: DecodeOptions) -> _Beams:
         tokens=torch.full((bsz * beam, width), EOS, dtype=torch.long, device=device),
         cum=torch.zeros(bsz * beam, width, device=device),
         enc=model.encode(src),  # one row per sentence (repeated per beam by _expand unless shared)
-        cache=_new_cache(model, bsz, bsz * beam, width - 1, opts),
-        shared=isinstance(model, Transformer),
+        cache=_new_cache(model, bsz * beam, width - 1, opts),
+        shared=model.beams_share_encoder,
     )
 
 
@@ -484,9 +366,9 @@ def _expand(model: Any, st: _Beams, opts: DecodeOptions) -> _Candidates:
             raise ValueError(f"beam {beam} is larger than the vocabulary size - 1 ({V - 1})")
         repeat = torch.arange(bsz, device=lprobs.device).repeat_interleave(beam)
         if not st.shared:
-            st.enc = _reorder(st.enc, repeat)
+            st.enc = st.enc.reorder(repeat)
         if st.cache is not None:
-            st.cache = _reorder(st.cache, repeat)
+            st.cache.reorder(repeat, st.shared)
         flat, perm = _constrain(lprobs, step, st.max_len, opts), st.perm[:, :1]
     else:  # fairseq adds the scores in place too (lprobs.add_)
         lprobs = _constrain(lprobs, step, st.max_len.repeat_interleave(beam), opts)
@@ -548,8 +430,9 @@ def _prune(st: _Beams, cands: _Candidates, finished: list[int], beam: int) -> _C
     positions = st.step + 1
     st.tokens[dst, :positions], st.cum[dst, :positions] = st.tokens[src, :positions], st.cum[src, :positions]
     n, rows = order.numel(), order.numel() * beam
-    st.enc = _move(st.enc, holes, fillers, n) if st.shared else _move(st.enc, dst, src, rows)
-    st.cache = _move(st.cache, dst, src, rows, (holes, fillers, n))
+    st.enc = st.enc.move(holes, fillers, n) if st.shared else st.enc.move(dst, src, rows)
+    if st.cache is not None:
+        st.cache.move(dst, src, (holes, fillers, n) if st.shared else (dst, src, rows))
     return cands.select(order)
 
 
@@ -591,7 +474,8 @@ def _advance(st: _Beams, cands: _Candidates, beam: int) -> None:
     dst, src = (perm + base)[copy], (parents + base)[copy]
     positions = step + 1
     st.tokens[dst, :positions], st.cum[dst, :positions] = st.tokens[src, :positions], st.cum[src, :positions]
-    st.cache = _move(st.cache, dst, src, bsz * beam)  # within sentences: the encoder's keys/values stay
+    if st.cache is not None:
+        st.cache.move(dst, src)  # within sentences: the encoder's keys/values stay
     rows = (perm + base).view(-1)
     st.tokens[rows, positions] = cands.tokens.gather(1, active).view(-1)
     st.cum[rows, positions] = cands.scores.gather(1, active).view(-1)

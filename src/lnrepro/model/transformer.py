@@ -18,8 +18,10 @@ description in ``lnrepro.norms``. docs/architecture.md describes how the pieces 
   is fc1 -> ReLU -> dropout(activation_dropout) -> fc2.
 - fairseq/modules/multihead_attention.py (0.9.0): separate q/k/v projections, Xavier-uniform with gain
   1/sqrt(2) (PyTorch's default bias init kept), out_proj Xavier-uniform with zero bias, q scaled by
-  head_dim^-0.5, dropout on the attention probabilities; in incremental decoding the self-attention keys/values
-  grow by one step per call and the encoder-attention ones are computed once (``static_kv``): ``LayerCache``.
+  head_dim^-0.5, dropout on the attention probabilities; in incremental decoding (``incremental_state``) the
+  self-attention keys/values grow by one step per call and the encoder-attention ones are computed once
+  (``static_kv``): ``KVCache``/``LayerCache``, the one cache of ``decode`` and of beam search, written in place
+  into buffers and moved row by row where fairseq concatenates and index-selects (``reorder_incremental_state``).
 - fairseq/modules/sinusoidal_positional_embedding.py (0.9.0): half sin, half cos, frequencies
   exp(-i * log(10000) / (half_dim - 1)), positions numbered from padding_idx + 1 (fairseq/utils.py
   ``make_positions``), the padding position's row zero; incremental decoding uses position padding_idx + step.
@@ -78,52 +80,137 @@ class EncoderOut:
         """Select/repeat batch rows (beam search: expand to B*beam, or follow surviving hypotheses)."""
         return EncoderOut(self.out.index_select(0, index), self.pad_mask.index_select(0, index))
 
+    def move(self, dst: torch.Tensor, src: torch.Tensor, rows: int) -> "EncoderOut":
+        """Rows ``dst`` <- rows ``src`` (disjoint sets) in place, then the first ``rows`` rows (search: the rows of
+        finished sentences take the last ones')."""
+        self.out[dst], self.pad_mask[dst] = self.out[src], self.pad_mask[src]
+        return EncoderOut(self.out[:rows], self.pad_mask[:rows])
 
-KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, heads, len, head_dim]
+
+KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [rows, heads, len, head_dim]
+Move = tuple[torch.Tensor, torch.Tensor, int]  # (dst, src, count): rows dst <- rows src, then the first count
 
 
 class LayerCache:
-    """One decoder layer's keys/values in incremental decoding (fairseq's incremental_state for the layer)."""
+    """One decoder layer's keys/values in incremental decoding (fairseq's incremental_state for the layer).
 
-    def __init__(self) -> None:
-        self.self_kv: KV | None = None  # self-attention: every position decoded so far
-        self.encoder_kv: KV | None = None  # encoder attention: the encoder output's, computed once
+    The self-attention's are written in place into buffers of the cache's rows and capacity (fairseq concatenates
+    prev_key and the new keys every step); the encoder attention's are computed once (fairseq's static_kv), one
+    row per encoder row: per sentence in beam search, whose beams share it (``shared_attend``).
+    """
+
+    def __init__(self, cache: "KVCache") -> None:
+        self.cache = cache
+        self.self_kv: KV | None = None  # [>= rows, heads, >= length, head_dim] each
+        self.encoder_kv: KV | None = None  # [>= cache.encoder_rows, heads, src_len, head_dim] each
 
     def self_attention(self, k: torch.Tensor, v: torch.Tensor) -> KV:
-        """Append this step's keys/values and return those of all positions so far."""
-        if self.self_kv is not None:
-            k = torch.cat([self.self_kv[0], k], dim=2)
-            v = torch.cat([self.self_kv[1], v], dim=2)
-        self.self_kv = (k, v)
-        return self.self_kv
+        """Write this step's keys/values [n, heads, t, head_dim] after the ``length`` positions so far and return
+        views of all positions of the first n rows."""
+        n, start, end = k.size(0), self.cache.length, self.cache.length + k.size(2)
+        if self.self_kv is None or n > self.self_kv[0].size(0) or end > self.self_kv[0].size(2):
+            self._reserve(k, n, end)
+        kb, vb = self.self_kv  # type: ignore[misc]
+        kb[:n, :, start:end] = k
+        vb[:n, :, start:end] = v
+        return kb[:n, :, :end], vb[:n, :, :end]
+
+    def _reserve(self, like: torch.Tensor, rows: int, positions: int) -> None:
+        """Buffers of at least ``rows`` rows and ``positions`` positions, allocated at the first step (head shape and
+        dtype, bf16 under autocast, are known then) with the cache's rows and capacity, and grown (at least doubled)
+        for callers that decode more than they asked for; the positions so far are copied."""
+        have_rows, have_pos = (0, 0) if self.self_kv is None else self.self_kv[0].shape[0:3:2]
+        if rows <= have_rows and positions <= have_pos:
+            return
+        shape = (have_rows if rows <= have_rows else max(rows, 2 * have_rows, self.cache.rows), like.size(1),
+                 have_pos if positions <= have_pos else max(positions, 2 * have_pos, self.cache.capacity),
+                 like.size(3))
+        grown = (like.new_empty(shape), like.new_empty(shape))
+        for new, old in zip(grown, self.self_kv or ()):
+            new[:have_rows, :, : self.cache.length] = old[:, :, : self.cache.length]
+        self.self_kv = grown
 
     def encoder_attention(self, compute_kv: Callable[[], KV]) -> KV:
-        """The encoder output's keys/values: ``compute_kv()`` at the first step, the stored ones after
-        (fairseq's static_kv: the encoder output does not change while decoding)."""
+        """The encoder output's keys/values: ``compute_kv()`` at the first step, stored contiguous so that no step's
+        attention copies them, and the first ``encoder_rows`` of them after (the encoder output does not change)."""
         if self.encoder_kv is None:
-            self.encoder_kv = compute_kv()
-        return self.encoder_kv
+            k, v = compute_kv()
+            self.encoder_kv = (k.contiguous(), v.contiguous())
+            self.cache.encoder_rows = k.size(0)
+        n = self.cache.encoder_rows
+        return self.encoder_kv[0][:n], self.encoder_kv[1][:n]
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Select/repeat batch rows in place (beam search)."""
+    def reorder(self, index: torch.Tensor, shared_encoder: bool) -> None:
+        length = self.cache.length
         if self.self_kv is not None:
-            self.self_kv = (self.self_kv[0].index_select(0, index), self.self_kv[1].index_select(0, index))
-        if self.encoder_kv is not None:
-            self.encoder_kv = (self.encoder_kv[0].index_select(0, index), self.encoder_kv[1].index_select(0, index))
+            picked = [buf[:, :, :length].index_select(0, index) for buf in self.self_kv]
+            self._reserve(picked[0], index.numel(), length)
+            for buf, rows in zip(self.self_kv, picked):
+                buf[: index.numel(), :, :length] = rows
+        if self.encoder_kv is not None and not shared_encoder:
+            n = self.cache.encoder_rows
+            self.encoder_kv = (self.encoder_kv[0][:n].index_select(0, index),
+                               self.encoder_kv[1][:n].index_select(0, index))
+
+    def move(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        for buf in self.self_kv or ():
+            self.cache.copy_rows(buf[:, :, : self.cache.length], dst, src)
+
+    def move_encoder(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        for buf in self.encoder_kv or ():
+            self.cache.copy_rows(buf, dst, src)
 
 
 class KVCache:
-    """The decoder's cache: one ``LayerCache`` per layer; ``length`` = target positions already decoded."""
+    """The decoder's cache: one ``LayerCache`` per layer; ``length`` = target positions already decoded.
 
-    def __init__(self, num_layers: int) -> None:
-        self.layers = [LayerCache() for _ in range(num_layers)]
+    Buffers of ``rows`` rows and ``capacity`` positions (beam search knows both: they are allocated once per batch
+    and no step concatenates or index-selects the whole cache; a caller that does not know them gets buffers
+    grown as it decodes). fairseq's ``reorder_incremental_state`` index-selects every row at every step of beam
+    search; here ``reorder`` does (a general reorder, or each sentence expanded into its beams, which keep one
+    row of encoder keys/values per sentence) and ``move`` copies only the rows whose hypothesis changes.
+    """
+
+    def __init__(self, num_layers: int, rows: int = 0, capacity: int = 0) -> None:
+        self.layers = [LayerCache(self) for _ in range(num_layers)]
         self.length = 0
+        self.rows, self.capacity = rows, capacity  # of the buffers at the first step
+        self.encoder_rows = 0  # encoder keys/values in use (set at the first step): per sentence, or per row
+        self.scratch: torch.Tensor | None = None  # holds the rows being copied (copy_rows)
 
-    def reorder(self, index: torch.Tensor) -> "KVCache":
-        """Reorder the batch dimension in place (beam search) and return self."""
+    def copy_rows(self, x: torch.Tensor, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """x[dst] = x[src] through a scratch buffer allocated once: advanced indexing on these strided views
+        is several times slower, and a fresh temporary each time costs page faults."""
+        shape = (src.numel(), *x.shape[1:])
+        size = src.numel() * x[0].numel()
+        if self.scratch is None or self.scratch.numel() < size or self.scratch.dtype != x.dtype:
+            grown = 2 * self.scratch.numel() if self.scratch is not None else 0  # positions grow step by step
+            self.scratch = x.new_empty(max(size, grown, self.rows * x[0].numel()))
+        rows = self.scratch[:size].view(shape)
+        torch.index_select(x, 0, src, out=rows)
+        x.index_copy_(0, dst, rows)
+
+    def reorder(self, index: torch.Tensor, shared_encoder: bool = False) -> None:
+        """Row i becomes row ``index[i]`` (rows may repeat; there may be more or fewer than before). The encoder's
+        keys/values are selected likewise, one per row, unless ``shared_encoder``: beam search's expansion of each
+        sentence into its consecutive beams, which then share the sentence's row (``shared_attend``)."""
         for layer in self.layers:
-            layer.reorder(index)
-        return self
+            layer.reorder(index, shared_encoder)
+        if not shared_encoder:
+            self.encoder_rows = index.numel()
+
+    def move(self, dst: torch.Tensor, src: torch.Tensor, sentences: Move | None = None) -> None:
+        """Rows ``dst`` <- rows ``src`` (disjoint sets), only those copied; the next step decodes the first rows it
+        is given. ``sentences`` (dst, src, count) moves the encoder's keys/values likewise and keeps the first
+        count of them; None leaves them (moves among the beams of a sentence)."""
+        if dst.numel():
+            for layer in self.layers:
+                layer.move(dst, src)
+        if sentences is not None:
+            s_dst, s_src, self.encoder_rows = sentences
+            if s_dst.numel():
+                for layer in self.layers:
+                    layer.move_encoder(s_dst, s_src)
 
 
 @dataclass
@@ -429,6 +516,10 @@ class DecoderLayer(_Layer):
 class Transformer(nn.Module):
     """Encoder-decoder Transformer; ``forward(src, prev)`` returns logits [B,T,V]."""
 
+    # decode attends from g consecutive rows to one encoder row when the encoder output has B / g rows (attend):
+    # beam search then keeps one encoder row per sentence for all its beams.
+    beams_share_encoder = True
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -532,8 +623,9 @@ class Transformer(nn.Module):
     def forward(self, src: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         return self.decode(prev, self.encode(src))
 
-    def new_cache(self) -> KVCache:
-        return KVCache(len(self.decoder_layers))
+    def new_cache(self, rows: int = 0, capacity: int = 0) -> KVCache:
+        """An empty cache for ``decode`` with buffers for ``rows`` rows and ``capacity`` positions (grown as needed)."""
+        return KVCache(len(self.decoder_layers), rows, capacity)
 
     def num_params(self) -> int:
         """Number of trainable parameters, shared matrices counted once (positions are not parameters)."""
