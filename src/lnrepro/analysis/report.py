@@ -161,7 +161,9 @@ def _confounds(page: Page) -> dict[str, Any]:
 
 def _stability(page: Page) -> dict[str, Any]:
     agg = page.data.agg
-    styles = ", ".join(f"{v.label} {_STYLE_WORDS[norm_style(name)['linestyle']]}" for name, v in NORMS.items())
+    shown = {page.experiment.runs[run].model.norm for run in page.experiment.select}  # the variants drawn
+    styles = ", ".join(f"{v.label} {_STYLE_WORDS[norm_style(name)['linestyle']]}" for name, v in NORMS.items()
+                       if name in shown)
     return {"divergence": agg.divergence, "early_updates": agg.early_updates, "styles": styles,
             "layers": page.figure("grad_layers", "per-layer gradient norms early in training"),
             "total": page.figure("grad_total", "total gradient norm early in training"),
