@@ -174,8 +174,8 @@ class _Trainer:
         if self.device.type == "cuda":
             torch.cuda.manual_seed_all(self.seed)
         self.model = Transformer(self.mcfg).to(self.device)
-        # The variant's data-dependent initialization, on the first update's batch (a resumed state replaces it).
-        self.model.init_from_data(self.batches[epoch_order(len(self.batches), self.seed, 1)[0]][:3])
+        if self.resume is None:  # the variant's data-dependent initialization, on the first update's batch
+            self.model.init_from_data(self.batches[epoch_order(len(self.batches), self.seed, 1)[0]][:3])
         self.optimizer = build_optimizer(self.model, cfg.optim)
         self.update = 0  # updates done (fairseq num_updates); the next update is t = self.update
         self.epoch, self.pos = 1, 0  # epoch in progress (from 1) and batches of it done
