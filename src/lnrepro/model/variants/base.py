@@ -33,6 +33,9 @@ class Residual(nn.Module):
     """One sublayer's (or layer's) residual connection: ``forward(x, f, dropout)``, and the two init hooks."""
 
     per_layer: ClassVar[bool] = False  # one module for all of a layer's sublayers instead of one per sublayer
+    # Names of this module's own parameters that gradinit measures beside the layer's weight matrices (ReZero's
+    # scalar: at initialization it is the only parameter of a layer with a nonzero gradient).
+    gradinit_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
