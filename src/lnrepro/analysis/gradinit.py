@@ -21,8 +21,13 @@ Decisions:
   pre_nofinal). Every variant builds the same embeddings and Linear layers, which fairseq's initialization draws
   in the same order, and its own parameters and initialization hooks come after those draws
   (``lnrepro.model.variants``): for a seed the variants share every embedding and weight matrix except the
-  ones their hooks change (``NormVariant.differences``; post, pre and pre_nofinal change none, and differ only
-  by their constant-initialized LayerNorms). The batches being drawn once per seed, they see the same batches.
+  ones their hooks change (``NormVariant.differences``; post, pre, pre_nofinal and rezero change none, and differ
+  only by their constant-initialized LayerNorms or scalars; deepnorm re-draws every weight matrix of its layers and
+  shares the embeddings and biases). The batches being drawn once per seed, they see the same batches.
+- ReZero: its branches are multiplied by scalars initialized to 0, so every weight matrix inside its layers has an
+  exactly zero gradient at initialization (rows of value 0); its scalars' gradients are measured instead (sublayer
+  ``residual``, param ``resweight``: ``Residual.gradinit_params``), and the fit marks the exponent b of a series
+  with a zero value "undefined at initialization" (``gradinit_fit``).
 - Batches: K of the fairseq-style token-bounded training batches, chosen at random (seeded) without
   replacement, so that they are not the shortest-first batches at the front of the list.
 - After warm-up (Figure 3(a)/(b)): the same measurement on the first checkpoint of a Post-LN run with warm-up
@@ -64,6 +69,8 @@ STATISTICS = ("expected_grad_fro", "mean_grad_norm")
 
 # encoder_layers.3.self_attn.q_proj.weight -> (enc, 3, self_attn, q_proj)   (lnrepro.model's names)
 _PARAM = re.compile(r"^(?P<stack>encoder|decoder)_layers\.(?P<layer>\d+)\.(?P<sub>\w+)\.(?P<param>\w+)\.weight$")
+# decoder_layers.3.residual.resweight -> (dec, 3, residual, resweight): a residual module's own parameter
+_OWN = re.compile(r"^(?P<stack>encoder|decoder)_layers\.(?P<layer>\d+)\.(?P<sub>\w+)\.(?P<param>\w+)$")
 
 Key = tuple[str, int, str, str]  # (stack, layer, sublayer, param)
 Batch = tuple[Any, Any, Any]  # collated (src, prev, target)
@@ -72,11 +79,17 @@ Batch = tuple[Any, Any, Any]  # collated (src, prev, target)
 def layer_weights(model) -> list[tuple[str, int, str, str, Any]]:
     """(stack 'enc'|'dec', layer, sublayer, param, tensor) for every weight matrix inside the layers:
     attention q/k/v/out projections (self_attn, encoder_attn) and the FFN's fc1 (W^1) and fc2 (W^2).
-    LayerNorm gains and biases are not matrices and are left out (as in the paper's Figure 3)."""
+    LayerNorm gains and biases are not matrices and are left out (as in the paper's Figure 3). Beside them, the
+    parameters a variant's residual module names in ``gradinit_params`` (ReZero: its scalar ``resweight``, as
+    sublayer ``residual``), in the model's parameter order."""
     out = []
     for name, p in model.named_parameters():
         m = _PARAM.match(name)
         if m and p.dim() == 2:
+            out.append(("enc" if m["stack"] == "encoder" else "dec", int(m["layer"]), m["sub"], m["param"], p))
+            continue
+        m = _OWN.match(name)
+        if m and m["param"] in getattr(model.get_submodule(name.rsplit(".", 1)[0]), "gradinit_params", ()):
             out.append(("enc" if m["stack"] == "encoder" else "dec", int(m["layer"]), m["sub"], m["param"], p))
     if not out:
         raise LnReproError("gradinit: found no layer weight matrices in the model (parameter names changed?)")

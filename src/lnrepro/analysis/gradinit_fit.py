@@ -7,6 +7,12 @@ fitted by ordinary least squares over every (depth, seed) value; the 95% interva
 last FFN's W^2 by O(d sqrt(ln d)) in Post-LN and O(d sqrt(ln d / L)) in Pre-LN: b = 0 and b = -0.5.
 The seeds are independent models on independent batches; a seed's batches are shared across its depths,
 which adds a per-seed offset to log(value): it widens the residuals, so the interval errs on the wide side.
+
+A series with a value of exactly 0 has no power law (log 0): its b, interval and c are NaN and its ``note`` says
+"undefined at initialization". ReZero's branches are multiplied by scalars initialized to 0, so every weight
+matrix of its layers has a zero gradient at initialization (and so do its encoder's scalars); the fit then also
+covers the scalars a variant's residual modules carry (sublayer ``residual``: ReZero's ``resweight``), the
+gradient that variant has instead.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from ..norms import NORMS
 from ..io import atomic_write_csv
 
 FIT_COLUMNS = ["norm", "stack", "layer", "param", "statistic", "b", "b_low", "b_high", "c", "depths", "seeds", "n",
-               "theory_b", "interval"]
+               "theory_b", "interval", "note"]
 INTERVAL = "OLS 95% t interval (df = n - 2), seeds as replicates"
 THEORY_B = {"post": 0.0, "pre": -0.5}  # Theorem 1 for the last FFN's W^2; none for other variants
 HEADLINE = {"stack": "dec", "layer": "last", "param": "fc2", "statistic": "expected_grad_fro"}  # Figure 3(c)
 _FIT_PARAMS = ("fc2", "fc1")  # the FFN's W^2 (the theorem's) and W^1
+_SUBLAYERS = ("self_attn", "encoder_attn", "ffn")  # the layers' weight matrices; any other sublayer: a variant's own
+UNDEFINED = ("undefined at initialization: the gradient is exactly 0 in {zeros} of {n} models (ReZero: every branch "
+             "multiplied by its scalar, 0 at initialization), no power law")
 _STACKS = ("dec", "enc")
 _AFTER_WARMUP_LABEL = "after warm-up"
 
@@ -68,21 +77,29 @@ def power_law(depths: np.ndarray, values: np.ndarray, level: float = 0.95) -> tu
 
 
 def fit_depths(gi: pd.DataFrame) -> pd.DataFrame:
-    """One row per norm variant, stack, FFN matrix and statistic: the power law of the last layer's value against
-    depth at initialization (columns FIT_COLUMNS; the Figure 3(c) row is HEADLINE's)."""
+    """One row per norm variant, stack, FFN matrix (and parameter of the variant's own residual modules) and
+    statistic: the power law of the last layer's value against depth at initialization (columns FIT_COLUMNS; the
+    Figure 3(c) row is HEADLINE's); NaN with its ``note`` where a value is 0 (``UNDEFINED``)."""
     last = last_layer(init_rows(gi))
     rows = []
     for norm in [n for n in NORMS if n in set(last["norm"])] + sorted(set(last["norm"]) - set(NORMS)):
+        of_norm = last[last["norm"] == norm]
+        own = list(dict.fromkeys(of_norm.loc[~of_norm["sublayer"].isin(_SUBLAYERS), "param"]))
         for stack in _STACKS:
-            for param in _FIT_PARAMS:
-                for statistic, g in last[(last["norm"] == norm) & (last["stack"] == stack) &
-                                         (last["param"] == param)].groupby("statistic", sort=False):
-                    b, lo, hi, c = power_law(g["depth"].to_numpy(), g["value"].to_numpy())
+            for param in [*_FIT_PARAMS, *own]:
+                for statistic, g in of_norm[(of_norm["stack"] == stack) &
+                                            (of_norm["param"] == param)].groupby("statistic", sort=False):
+                    zeros, note = int((g["value"] <= 0).sum()), np.nan  # no note: empty in the CSV
+                    if zeros:
+                        b = lo = hi = c = np.nan
+                        note = UNDEFINED.format(zeros=zeros, n=len(g))
+                    else:
+                        b, lo, hi, c = power_law(g["depth"].to_numpy(), g["value"].to_numpy())
                     rows.append({"norm": norm, "stack": stack, "layer": "last", "param": param,
                                  "statistic": statistic, "b": b, "b_low": lo, "b_high": hi, "c": c,
                                  "depths": ";".join(map(str, sorted(g["depth"].unique()))),
                                  "seeds": ";".join(map(str, sorted(g["seed"].unique()))), "n": len(g),
-                                 "theory_b": THEORY_B.get(norm, np.nan), "interval": INTERVAL})
+                                 "theory_b": THEORY_B.get(norm, np.nan), "interval": INTERVAL, "note": note})
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 
 
@@ -112,8 +129,8 @@ def layer_table(gi: pd.DataFrame, depth: int) -> pd.DataFrame:
     series = [s for s in series_order(g) if s in piv.columns]
     piv = piv[series]
     inits = [series_label(n, "init") for n in NORMS if series_label(n, "init") in series]
-    for other in inits[1:]:
-        piv[f"{inits[0]}/{other}"] = piv[inits[0]] / piv[other]
+    for other in inits[1:]:  # no ratio (NaN) to a zero value: ReZero's matrices at init
+        piv[f"{inits[0]}/{other}"] = piv[inits[0]] / piv[other].where(piv[other] != 0)
     piv["noise (max)"] = means["noise"].unstack("series").max(axis=1)
     piv = piv.reset_index()
     piv.columns.name = None
