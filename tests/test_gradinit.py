@@ -106,14 +106,23 @@ def test_rows_for_every_layer_depth_seed_and_norm(table):
     assert set(df["checkpoint"]) == {"init"} and set(df["statistic"]) == set(STATISTICS)
     per = df.groupby(["norm", "depth", "seed", "stack"])["layer"].apply(lambda s: sorted(set(s)))
     assert all(v == list(range(depth)) for (_, depth, _, _), v in per.items())
-    enc = set(map(tuple, df[df["stack"] == "enc"][["sublayer", "param"]].drop_duplicates().values))
-    dec = set(map(tuple, df[df["stack"] == "dec"][["sublayer", "param"]].drop_duplicates().values))
+    # a variant's own parameters (ReZero's scalars: sublayer "residual") beside the weight matrices
+    own = df["sublayer"] == "residual"
+    assert set(df.loc[own, "norm"]) == {"rezero"} and set(df.loc[own, "param"]) == {"resweight"}
+    matrices = df[~own]
+    enc = set(map(tuple, matrices[matrices["stack"] == "enc"][["sublayer", "param"]].drop_duplicates().values))
+    dec = set(map(tuple, matrices[matrices["stack"] == "dec"][["sublayer", "param"]].drop_duplicates().values))
     attn = {"q_proj", "k_proj", "v_proj", "out_proj"}
     assert enc == {("self_attn", p) for p in attn} | {("ffn", "fc1"), ("ffn", "fc2")}
     assert dec == enc | {("encoder_attn", p) for p in attn}
-    # every registered norm x 3 seeds x (2 + 3 layers) x (6 enc + 10 dec matrices) x 2 statistics
-    assert len(df) == len(NORMS) * 3 * (2 + 3) * 16 * 2
-    assert np.isfinite(df["value"]).all() and (df["value"] > 0).all() and (df["noise"] > 0).all()
+    # every registered norm x 3 seeds x (2 + 3 layers) x (6 enc + 10 dec matrices) x 2 statistics; ReZero's
+    # scalars: 3 seeds x (2 + 3 layers) x 2 stacks x 2 statistics
+    assert len(matrices) == len(NORMS) * 3 * (2 + 3) * 16 * 2 and own.sum() == 3 * (2 + 3) * 2 * 2
+    assert np.isfinite(df["value"]).all()
+    # every gradient is nonzero, but ReZero's matrices' (exactly 0 at init: each branch is multiplied by its a = 0)
+    zero = (df["norm"] == "rezero") & (~own | (df["stack"] == "enc"))
+    assert (df.loc[zero, "value"] == 0).all() and (df.loc[zero, "noise"] == 0).all()
+    assert (df.loc[~zero, "value"] > 0).all() and (df.loc[~zero, "noise"] > 0).all()
     assert set(df["dropout"]) == {False} and set(df["batches"]) == {2} and set(df["label_smoothing"]) == {0.0}
     assert set(df["d_model"]) == {16} and set(df["precision"]) == {"fp32"}
 
@@ -192,7 +201,10 @@ def test_fit_table_from_gradinit_rows(table):
     assert set(top.index) == set(NORMS) and set(top["layer"]) == {"last"} and set(top["param"]) == {"fc2"}
     assert top.loc["post", "theory_b"] == 0.0 and top.loc["pre", "theory_b"] == -0.5
     assert set(top["depths"]) == {"2;3"} and set(top["seeds"]) == {"1;2;3"} and set(top["n"]) == {6}
-    assert (top["b_low"] <= top["b"]).all() and (top["b"] <= top["b_high"]).all()
+    fitted = top.drop(index="rezero")  # ReZero's W^2 has a zero gradient at init: no exponent
+    assert (fitted["b_low"] <= fitted["b"]).all() and (fitted["b"] <= fitted["b_high"]).all()
+    assert fitted["note"].isna().all() and math.isnan(top.loc["rezero", "b"])
+    assert top.loc["rezero", "note"].startswith("undefined at initialization")
     # the fit reads the last layer: here the decoder's layer 1 at depth 2 and layer 2 at depth 3
     last = df[(df["norm"] == "post") & (df["stack"] == "dec") & (df["param"] == "fc2")
               & (df["statistic"] == "expected_grad_fro") & (df["layer"] == df["depth"] - 1)]

@@ -77,3 +77,7 @@ register_norm(NormVariant("deepnorm", "DeepNorm", final_norm=False, differences=
     Difference("initialization", "xavier_normal_ with gain beta for fc1, fc2 and every attention's value and output "
                                  "projections, gain 1 for query and key: encoder beta 0.87 (N^4 M)^(-1/16), decoder "
                                  "(12M)^(-1/4)"))))
+register_norm(NormVariant("rezero", "ReZero", final_norm=False, differences=(
+    Difference("parameters", "one learned scalar a per layer, shared by its sublayers"),
+    Difference("layernorms removed", "every LayerNorm: none in the sublayers, none after the stacks"),
+    Difference("residual scaling", "each branch multiplied by its layer's scalar, x + a F(x), a initialized to 0"))))
