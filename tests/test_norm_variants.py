@@ -98,7 +98,7 @@ def test_every_described_variant_has_its_module():
 
 
 def test_unknown_norm_is_a_clear_error():
-    with pytest.raises(LnReproError, match=r"model\.norm: expected one of 'post', 'pre', 'pre_nofinal', .*got 'middle'"):
+    with pytest.raises(LnReproError, match=r"model\.norm: expected one of 'post', 'pre', 'pre_nofinal', .*'middle'"):
         Transformer(ModelConfig(vocab_size=VOCAB, norm="middle", **TINY))
     with pytest.raises(LnReproError, match="already registered"):
         register_norm(NormVariant("post", "again", final_norm=False))
