@@ -4,6 +4,7 @@ data-dependent hook) that is accepted by the config, builds, trains and runs thr
 
 from __future__ import annotations
 
+import re
 
 import pandas as pd
 import pytest
@@ -98,7 +99,8 @@ def test_every_described_variant_has_its_module():
 
 
 def test_unknown_norm_is_a_clear_error():
-    with pytest.raises(LnReproError, match=r"model\.norm: expected one of 'post', 'pre', 'pre_nofinal', got 'middle'"):
+    choices = re.escape(", ".join(map(repr, NORMS)))  # every registered variant, in registration order
+    with pytest.raises(LnReproError, match=rf"model\.norm: expected one of {choices}, got 'middle'"):
         Transformer(ModelConfig(vocab_size=VOCAB, norm="middle", **TINY))
     with pytest.raises(LnReproError, match="already registered"):
         register_norm(NormVariant("post", "again", final_norm=False))
@@ -177,7 +179,7 @@ def test_added_variant_builds_trains_and_runs_gradinit(gated, bpe_dir, tmp_path)
     df = run_gradinit(experiment.gradinit_config(), bpe_dir, out, threads=1)
     assert len(GatedResidual.data_calls) == 3 * 2  # seeds x depths
     table = pd.read_csv(out)
-    assert list(dict.fromkeys(table["norm"])) == ["post", "pre", "pre_nofinal", "gated"]
+    assert list(dict.fromkeys(table["norm"])) == list(NORMS) and list(NORMS)[-1] == "gated"
     counts = table.groupby("norm").size()
     # 3 seeds x (2 + 3 layers) x (enc 6 + dec 10 matrices a layer) x 2 statistics
     assert counts["gated"] == counts["post"] == counts["pre"] == 3 * 5 * 16 * 2
