@@ -34,14 +34,16 @@ decoder's chain in the order self-attention, encoder attention, FFN of each laye
 the decoder's profile sees the encoder output of the profiled encoder.
 
 Here: ``init_from_data(model, batch)`` (the data-dependent hook, ``Residual.init_from_data``) runs that pass on
-the batch it is given, the run's own first training batch (train/loop.py; gradinit: the seed's first batch),
+the batch it is given: the run's own first training batch (train/loop.py: the first batch of epoch 1's order,
+on the run's device; gradinit: the first of the seed's K measured batches, on the CPU, before the model moves),
 with the recursion done by each module's ``forward`` while a profile is attached (``_Chain``). Decisions:
 
 - Mode: TRAINING mode (dropout on, at the model's ``model.dropout`` / attention / activation dropout), as the
   reference's profile runs under ``model.train()`` after ``fairseq_task.train_step``; the model's mode is
   restored afterwards. Gradinit calls the hook on a freshly built model (nn.Module's training mode) before
-  putting it into its own mode (``analysis.gradinit.dropout``: eval by default), and the hook profiles in
-  training mode whatever mode the caller left, so gradinit's omega is the one the run of that seed trains from.
+  putting it into its own mode (``model.train(analysis.gradinit.dropout)``: eval by default); the hook profiles
+  in training mode whatever mode the caller left, so gradinit measures an Admin model profiled as a run's is
+  (the same recursion and mode; its own width, depth and batch, hence its own omega).
 - Randomness: the dropout masks of the profile are drawn from the generators (CPU, and the model's CUDA
   device) and their states are restored afterwards (``torch.random.fork_rng``): the profile is a function of
   the seed (the state after the model's initialization) and the batch, and every later draw of the run is the
