@@ -4,6 +4,7 @@ data-dependent hook) that is accepted by the config, builds, trains and runs thr
 
 from __future__ import annotations
 
+import re
 
 import pandas as pd
 import pytest
@@ -98,7 +99,8 @@ def test_every_described_variant_has_its_module():
 
 
 def test_unknown_norm_is_a_clear_error():
-    with pytest.raises(LnReproError, match=r"model\.norm: expected one of 'post', 'pre', 'pre_nofinal', .*'middle'"):
+    choices = re.escape(", ".join(map(repr, NORMS)))  # every registered variant, in registration order
+    with pytest.raises(LnReproError, match=rf"model\.norm: expected one of {choices}, got 'middle'"):
         Transformer(ModelConfig(vocab_size=VOCAB, norm="middle", **TINY))
     with pytest.raises(LnReproError, match="already registered"):
         register_norm(NormVariant("post", "again", final_norm=False))

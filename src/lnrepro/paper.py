@@ -65,6 +65,9 @@ DEVIATIONS: tuple[str, ...] = (
     "correction, fairseq's before it, a difference negligible at eps 1e-8.",
     "Pre-LN's schedule is read as one x0.1 drop at the first update of epoch 8; fairseq's --force-anneal 8 would "
     "instead multiply the learning rate by 0.1 at every epoch from epoch 9 on.",
+    "Admin (model.norm admin): every run profiles omega on its own initial weights and first training batch (fp32, "
+    "training mode, its generators' states restored after); Transformer-Clinic's recipe profiles once (seed 1111, "
+    "fp16) and trains every seed from that one profile.",
 )
 
 # fairseq's IWSLT14 dictionaries (its prepare-iwslt14.sh and fairseq-preprocess, separate per language) and

@@ -501,9 +501,12 @@ class DecoderLayer(_Layer):
         super().__init__(cfg, cross_attention=True)
 
     def forward(self, x: torch.Tensor, enc: EncoderOut, cache: LayerCache | None = None,
-                rows: Rows | None = None) -> torch.Tensor:
-        """x [B,T,D], or [N,D]: only the ``rows`` of a padded batch (the attention sublayers unpack them)."""
-        x = self._sublayer("self_attn", x, lambda h: self.self_attn(h, causal=True, cache=cache, rows=rows))
+                rows: Rows | None = None, self_pad: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B,T,D], or [N,D]: only the ``rows`` of a padded batch (the attention sublayers unpack them);
+        ``self_pad`` [B,T] True at padded target positions, masked as keys of the self-attention (fairseq's
+        self_attn_padding_mask; only ``decode(..., padded=True)`` passes it)."""
+        x = self._sublayer("self_attn", x, lambda h: self.self_attn(h, key_pad=self_pad, causal=True, cache=cache,
+                                                                   rows=rows))
         x = self._sublayer("encoder_attn", x, lambda h: self.encoder_attn(h, memory=enc.out, key_pad=enc.pad_mask,
                                                                          cache=cache, rows=rows))
         return self._sublayer("ffn", x, self.ffn)
@@ -594,15 +597,21 @@ class Transformer(nn.Module):
             x = self.encoder_norm(x)
         return EncoderOut(x, pad_mask)
 
-    def decode(self, prev: torch.Tensor, enc: EncoderOut, cache: KVCache | None = None) -> torch.Tensor:
+    def decode(self, prev: torch.Tensor, enc: EncoderOut, cache: KVCache | None = None,
+               padded: bool = False) -> torch.Tensor:
         """prev [B,T] decoder input (EOS first) -> logits [B,T,V]. With a cache, prev holds only new tokens.
 
         Without a cache, a padded ``prev`` runs through the layers as its non-padding rows (``Rows``): the
         logits at padded positions are zero (the loss ignores them; before, they were meaningless values).
+        ``padded`` (no cache): every position runs through the layers instead, padding included, with the padded
+        keys masked in the self-attention, as fairseq 0.9.0's decoder computes them (Admin's profile, whose
+        variances include the padded positions).
         """
         past = cache.length if cache is not None else 0
         pos = self.positions(prev, start=past) if cache is not None else self.positions(prev)
-        rows = Rows.of(prev) if cache is None and bool(prev.eq(PAD).any()) else None
+        has_pad = cache is None and bool(prev.eq(PAD).any())
+        rows = Rows.of(prev) if has_pad and not padded else None
+        self_pad = prev.eq(PAD) if has_pad and padded else None
         if rows is None:
             x = self.embed_scale * self.decoder_embed(prev) + pos
         else:
@@ -610,7 +619,7 @@ class Transformer(nn.Module):
         x = self.dropout(x)
         enc_use = enc if bool(enc.pad_mask.any()) else EncoderOut(enc.out, None)  # type: ignore[arg-type]
         for i, layer in enumerate(self.decoder_layers):
-            x = layer(x, enc_use, cache.layers[i] if cache is not None else None, rows)
+            x = layer(x, enc_use, cache.layers[i] if cache is not None else None, rows, self_pad)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         if rows is not None:
