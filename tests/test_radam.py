@@ -188,3 +188,16 @@ def test_the_schema_and_the_config_accept_radam():
     bad = dict(paper, defaults={**paper["defaults"], "optim": {**paper["defaults"]["optim"], "name": "lamb"}})
     with pytest.raises(LnReproError, match="optim.name"):
         cfg.validate_config(bad)
+
+
+def test_the_report_lists_radams_deviations_only_where_a_selected_run_uses_it():
+    from lnrepro.analysis.deviations import config_deviations
+
+    paper = cfg.load_config([REPO / "config.yaml"])
+    deviation = OPTIMIZERS["radam"].deviations[0]
+    assert deviation not in config_deviations(cfg.experiment(paper))
+    paper["select"] = [*paper["select"], "postln_radam_nowarmup_isqrt"]
+    cfg.validate_config(paper)
+    listed = config_deviations(cfg.experiment(paper))
+    assert deviation in listed and any(d.startswith("optim.name 'radam' in postln_radam_nowarmup_isqrt instead of "
+                                                    "the paper's 'adamw'") for d in listed)
