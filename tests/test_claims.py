@@ -80,6 +80,8 @@ def test_published_numbers_have_sources_and_known_measures():
 
 
 CLAIM = {"kind": "absolute", "published": 34, "tolerance": 0.5}
+LIU = {"kind": "reference", "published": "35.64", "spread": 0.23, "tolerance": 0.005,
+       "measure": {"kind": "cell", "settings": {"optim.name": "radam"}}}
 EXPONENT = {"kind": "relative", "published": 0, "competing": -0.5}
 
 
@@ -103,6 +105,12 @@ EXPONENT = {"kind": "relative", "published": 0, "competing": -0.5}
     ({"kind": "directional", "side": 1}, cl.Measured(1.0, -1.0, 3.0, 3), "inconclusive"),
     ({"kind": "directional", "side": -1}, cl.Measured(-5.0, -9.0, -1.0, 3), "reproduced"),
     ({"kind": "reference", "published": "35.64"}, cl.Measured(35.6, 35.0, 36.0, 3), "not measured"),
+    # a reference with its setup's settings: judged as an absolute number on a run that has them
+    (LIU, cl.Measured(35.6, 35.0, 36.0, 5), "reproduced"),
+    (LIU, cl.Measured(34.0, 33.5, 34.5, 5), "not reproduced"),
+    (LIU, cl.Measured(35.6, n_seeds=1), "inconclusive"),
+    (LIU, cl.Measured(35.6, 35.0, 36.0, 5, meets_setup=False), "not measured"),
+    (LIU, cl.Measured(35.6, 35.0, 36.0, 5, scale="multi30k", at_scale=False), "not measured at this scale"),
 ])
 def test_status(claim, measured, expected):
     assert cl.status(claim, measured) == expected
@@ -130,6 +138,55 @@ def test_claims_table_at_paper_scale(claims):
         assert claims.loc[cid, "status"] == "not measured" and math.isnan(claims.loc[cid, "measured"])
     liu = claims.loc["liu2020_postln_test_bleu"]
     assert liu["status"] == "not measured" and "RAdam" in liu["note"] and liu["published"] == "35.64 ± 0.23"
+    assert "settings differ: optim.name 'adamw' (claim: 'radam'); optim.lr_max 0.0005 (claim: 0.0007)" in liu["note"]
+    assert liu["scale"].startswith("iwslt14, 6+6 layers, d_model 512")  # measured beside it, on the cell's run
+    admin = claims.loc["liu2020_admin_test_bleu"]
+    assert (admin["status"], admin["published"]) == ("not measured", "35.67 ± 0.15")
+    assert "not run: no selected run is admin, warm-up, isqrt decay" in admin["note"]
+    assert claims.loc["liu2020_preln_test_bleu", "published"] == "35.50 ± 0.04"
+
+
+LIU_RUN = {"model": {"norm": "post", "dropout": 0.3, "attention_dropout": 0.1, "activation_dropout": 0.1,
+                     "share_all_embeddings": True},
+           "optim": {"name": "radam", "lr_max": 7.0e-4},
+           "schedule": {"warmup": True, "decay": "isqrt", "warmup_updates": 6000, "anchor_updates": 6000}}
+
+
+def liu_experiment(**runs: dict) -> config.Experiment:
+    """config.yaml trained for 90 epochs with only ``runs`` (name -> overrides) selected."""
+    c = config.load_config([REPO / "config.yaml"])
+    c["defaults"]["train"]["epochs"] = 90
+    c["runs"].update(runs)
+    c["select"] = list(runs)
+    config.validate_config(c)
+    return config.experiment(c)
+
+
+def liu_evidence(exp: config.Experiment, mean: float) -> cl.Evidence:
+    cells = pd.DataFrame([{"budget": "epoch 90", "metric": "test_bleu_tok", "run": r, "n": 5, "mean": mean,
+                           "std": 0.2, "ci_low": mean - 0.3, "ci_high": mean + 0.3, "n_left_out": 0, "n_missing": 0}
+                          for r in exp.select])
+    return cl.Evidence(exp, pd.DataFrame(), cells, {}, "epoch 90")
+
+
+def test_liu2020_is_judged_on_a_run_with_their_setup():
+    """Their recipe's settings (RAdam, lr 7e-4, 6,000 warm-up updates, dropout 0.3, 90 epochs...): compared as
+    the paper's absolute numbers are; the other variants' claims say "not run"."""
+    by_id = {c["id"]: c for c in cl.published()["claims"]}
+    t = cl.claims_table(liu_evidence(liu_experiment(postln_liu=LIU_RUN), 35.6)).set_index("id")
+    post = t.loc["liu2020_postln_test_bleu"]
+    assert (post["status"], post["measured"], post["n_seeds"]) == ("reproduced", pytest.approx(35.6), 5)
+    assert post["measured_as"] == "postln_liu, test_bleu_tok at epoch 90" and "settings differ" not in post["note"]
+    assert "not run: no selected run is Pre-LN, warm-up, isqrt decay" in t.loc["liu2020_preln_test_bleu", "note"]
+    assert t.loc["liu2020_admin_test_bleu", "status"] == "not measured"
+    low = cl.claims_table(liu_evidence(liu_experiment(postln_liu=LIU_RUN), 34.0)).set_index("id")
+    assert low.loc["liu2020_postln_test_bleu", "status"] == "not reproduced"
+    # one setting off (Adam's rate): measured beside it, not compared
+    off = config.deep_merge(LIU_RUN, {"optim": {"lr_max": 5.0e-4}})
+    m = cl.measure(by_id["liu2020_postln_test_bleu"], liu_evidence(liu_experiment(postln_off=off), 35.6))
+    assert (m.value, m.meets_setup) == (35.6, False)
+    assert m.note == "settings differ: optim.lr_max 0.0005 (claim: 0.0007)"
+    assert cl.status(by_id["liu2020_postln_test_bleu"], m) == "not measured"
 
 
 def test_one_seed_is_inconclusive():

@@ -16,11 +16,15 @@ from lnrepro.analysis.results import read_results
 from lnrepro.analysis.confounds import (
     analyze_confounds,
     confounds_markdown,
+    confounds_rows,
     differing_keys,
     flatten,
+    variant_differences,
+    variant_sentence,
     write_confounds,
 )
 from lnrepro.errors import LnReproError
+from lnrepro.norms import NORMS, Difference, NormVariant, register_norm
 from lnrepro.records import RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,8 +40,10 @@ BASE = {
 # The factorial's cells, named as in config.yaml.
 CELLS = {f"{n}ln_{'warmup' if w else 'nowarmup'}_{'isqrt' if d == 'isqrt' else 'step8'}": (n, w, d)
          for n in ("post", "pre") for w in (True, False) for d in ("isqrt", "step")}
-# config.yaml's comparisons: figure4 and the 12 single-factor ones (their runs and factors).
-FACTORIAL = yaml.safe_load((REPO / "config.yaml").read_text())["comparisons"]
+# config.yaml's comparisons: figure4 and the 12 single-factor ones (their runs and factors), and those of RAdam.
+COMPARISONS = yaml.safe_load((REPO / "config.yaml").read_text())["comparisons"]
+RADAM_COMPARISONS = {k: v for k, v in COMPARISONS.items() if any("radam" in r for r in v["runs"])}
+FACTORIAL = {k: v for k, v in COMPARISONS.items() if k not in RADAM_COMPARISONS}
 FACTS = {"seeds": [1, 2, 3], "device": "NVIDIA H200", "precision": "fp32", "torch": "2.4.0", "threads": "4"}
 
 
@@ -263,8 +269,8 @@ def test_markdown_states_keys_facts_and_time(tmp_path):
     write_confounds(result, out)
     md = out.read_text()
     assert md == confounds_markdown(result)
-    assert md.splitlines()[4].split(" | ")[4:9] == [
-        "verdict", "also differs (confounds)", "execution confounds", "values", "notes"]
+    assert md.splitlines()[4].split(" | ")[4:10] == [
+        "variant differences", "verdict", "also differs (confounds)", "execution confounds", "values", "notes"]
     row = next(line for line in md.splitlines() if line.startswith("| pair |"))
     assert "| confounded |  | torch | torch (postln_warmup_isqrt='2.4.0'; preln_warmup_isqrt='2.5.1') |" in row
     assert f"- {result['comparisons'][0]['sentence']}" in md
@@ -312,3 +318,128 @@ def test_experiment_read_back_from_its_json(tmp_path):
     f4 = next(c for c in result["comparisons"] if c["name"] == "figure4")
     # decay_epochs differs too, but the isqrt run does not read it
     assert f4["confounds"] == ["schedule.decay", "schedule.warmup"]
+
+
+def test_config_yamls_radam_comparisons_are_skipped_until_their_runs_are_selected():
+    exp = experiment(COMPARISONS)
+    v = verdicts(analyze_confounds(exp, execution(exp)))
+    assert v == {**FACTORIAL_EXPECTED, **{k: ("skipped", [], [], []) for k in RADAM_COMPARISONS}}
+    assert set(RADAM_COMPARISONS) == {"optimizer_postln_nowarmup_isqrt", "optimizer_preln_nowarmup_step8",
+                                      "radam_replaces_warmup_postln"}
+
+
+def radam(name: str) -> dict:
+    """A cell of the factorial with RAdam in place of Adam (config.yaml's {norm}ln_radam_{warmup}_{decay})."""
+    c = cell(name)
+    c["optim"]["name"] = "radam"
+    return c
+
+
+RADAM_RUNS = {"postln_radam_nowarmup_isqrt": radam("postln_nowarmup_isqrt"),
+              "preln_radam_nowarmup_step8": radam("preln_nowarmup_step8")}
+
+
+def test_the_optimizer_is_a_setting_that_differs():
+    """RAdam against Adam at equal schedule is controlled by optim.name; RAdam without warm-up against Adam with
+    it is confounded by the warm-up, and the sentence names the comparisons that vary each alone; a norm
+    comparison whose runs use different optimizers names optim.name as a confound."""
+    comparisons = {**FACTORIAL, **RADAM_COMPARISONS,
+                   "mixed": {"runs": ["postln_radam_nowarmup_isqrt", "preln_nowarmup_isqrt"], "factor": "norm",
+                             "claim": ""}}
+    exp = experiment(comparisons, RADAM_RUNS, select=[*CELLS, *RADAM_RUNS])
+    result = analyze_confounds(exp, execution(exp))
+    v = verdicts(result)
+    assert v["optimizer_postln_nowarmup_isqrt"] == v["optimizer_preln_nowarmup_step8"] == CONTROLLED
+    assert v["radam_replaces_warmup_postln"] == ("confounded", ["schedule.warmup"], [], [])
+    assert v["mixed"] == ("confounded", ["optim.name"], [], [])
+    c = {c["name"]: c for c in result["comparisons"]}
+    assert c["optimizer_postln_nowarmup_isqrt"]["factor_values"] == {"postln_nowarmup_isqrt": "adamw",
+                                                                     "postln_radam_nowarmup_isqrt": "radam"}
+    assert c["radam_replaces_warmup_postln"]["sentence"] == (
+        "radam_replaces_warmup_postln is confounded by schedule.warmup, which differs between postln_warmup_isqrt "
+        "and postln_radam_nowarmup_isqrt as well as optim.name; the controlled comparisons that separate them vary "
+        "optim.name alone (optimizer_postln_nowarmup_isqrt, optimizer_preln_nowarmup_step8) and schedule.warmup "
+        "alone (warmup_postln_isqrt, warmup_postln_step8, warmup_preln_isqrt, warmup_preln_step8).")
+    assert c["mixed"]["confound_values"]["optim.name"] == {"postln_radam_nowarmup_isqrt": "radam",
+                                                           "preln_nowarmup_isqrt": "adamw"}
+    assert all(not x["variant_differences"] for x in result["comparisons"])  # post and pre change nothing else
+
+
+def test_radam_comparisons_through_the_loaded_config():
+    """config.yaml with the RAdam runs selected: the schema takes factor optim.name, the verdicts are as above."""
+    paper = config.load_config([REPO / "config.yaml"])
+    paper["select"] = [*paper["select"], "postln_radam_nowarmup_isqrt", "preln_radam_nowarmup_step8"]
+    config.validate_config(paper)
+    v = verdicts(analyze_confounds(config.experiment(paper)))
+    assert v["optimizer_postln_nowarmup_isqrt"] == v["optimizer_preln_nowarmup_step8"] == CONTROLLED
+    assert v["radam_replaces_warmup_postln"] == ("confounded", ["schedule.warmup"], [], [])
+    assert v["figure4"] == FACTORIAL_EXPECTED["figure4"]
+
+
+# A variant registered by this test only: residual scaling and its own initialization (as DeepNorm's would be).
+SCALED = NormVariant("scaled_test", "Scaled Post-LN (test)", final_norm=False, differences=(
+    Difference("initialization", "xavier gains beta on the value, output and FFN projections"),
+    Difference("residual scaling", "x <- LN(alpha * x + G(x))")))
+
+
+@pytest.fixture()
+def scaled_variant():
+    register_norm(SCALED)
+    yield SCALED
+    del NORMS[SCALED.name]
+
+
+def variant_run(name: str, norm: str) -> dict:
+    c = cell(name)
+    c["model"]["norm"] = norm
+    return c
+
+
+def test_variant_differences_come_from_the_registry(scaled_variant):
+    assert variant_differences(["post", "pre"]) == [] and variant_differences(["scaled_test", "scaled_test"]) == []
+    assert variant_differences(["post", "scaled_test"]) == [("scaled_test", d) for d in reversed(SCALED.differences)]
+    both = variant_differences(["pre_nofinal", "scaled_test"])  # the union, by kind
+    assert [(n, d.kind) for n, d in both] == [("scaled_test", "residual scaling"), ("scaled_test", "initialization"),
+                                              ("pre_nofinal", "layernorms removed")]
+    assert variant_sentence(["post", "scaled_test"], variant_differences(["post", "scaled_test"])) == (
+        "scaled_test differs from post in the residual scale and the initialization")
+    assert variant_sentence(["pre_nofinal", "scaled_test"], both) == (
+        "pre_nofinal and scaled_test differ in the residual scale, the initialization and the LayerNorms removed")
+    assert variant_differences(["post", "unregistered"]) == []
+
+
+def test_a_comparison_of_variants_names_what_they_change_beside_the_norm_position(scaled_variant):
+    runs = {"scaled_warmup_isqrt": variant_run("postln_warmup_isqrt", "scaled_test"),
+            "scaled_nowarmup_isqrt": variant_run("postln_nowarmup_isqrt", "scaled_test"),
+            "prenofinal_warmup_isqrt": variant_run("preln_warmup_isqrt", "pre_nofinal")}
+    comparisons = {
+        "scaled_vs_post": {"runs": ["postln_warmup_isqrt", "scaled_warmup_isqrt"], "factor": "norm", "claim": ""},
+        "nofinal_vs_pre": {"runs": ["preln_warmup_isqrt", "prenofinal_warmup_isqrt"], "factor": "norm", "claim": ""},
+        "warmup_across": {"runs": ["postln_warmup_isqrt", "scaled_nowarmup_isqrt"], "factor": "warmup", "claim": ""},
+        "norm_paper": FACTORIAL["norm_warmup_isqrt"]}
+    exp = experiment(comparisons, runs, select=[*CELLS, *runs])
+    c = {c["name"]: c for c in analyze_confounds(exp, execution(exp))["comparisons"]}
+    assert c["scaled_vs_post"]["verdict"] == "controlled"
+    assert c["scaled_vs_post"]["variant_differences"] == [
+        {"variant": "scaled_test", "kind": "residual scaling", "what": "x <- LN(alpha * x + G(x))"},
+        {"variant": "scaled_test", "kind": "initialization",
+         "what": "xavier gains beta on the value, output and FFN projections"}]
+    assert c["scaled_vs_post"]["sentence"] == (
+        "scaled_vs_post is controlled: only model.norm differs between postln_warmup_isqrt and scaled_warmup_isqrt. "
+        "model.norm is not the norm position alone: scaled_test differs from post in the residual scale and the "
+        "initialization.")
+    assert c["nofinal_vs_pre"]["sentence"].endswith(
+        "model.norm is not the norm position alone: pre_nofinal differs from pre in the LayerNorms removed.")
+    assert c["nofinal_vs_pre"]["variant_differences"] == [
+        {"variant": "pre_nofinal", "kind": "layernorms removed",
+         "what": "no LayerNorm after the last layer of each stack"}]
+    # model.norm as a confound: the variant's differences are named too
+    assert (c["warmup_across"]["verdict"], c["warmup_across"]["confounds"]) == ("confounded", ["model.norm"])
+    assert c["warmup_across"]["sentence"].endswith(
+        "model.norm is not the norm position alone: scaled_test differs from post in the residual scale and the "
+        "initialization.")
+    assert not c["norm_paper"]["variant_differences"] and "not the norm position" not in c["norm_paper"]["sentence"]
+    row = {r["comparison"]: r for r in confounds_rows({"comparisons": list(c.values())})}
+    assert row["nofinal_vs_pre"]["variant differences"] == (
+        "pre_nofinal: layernorms removed (no LayerNorm after the last layer of each stack)")
+    assert row["norm_paper"]["variant differences"] == ""

@@ -37,7 +37,7 @@ def _model_and_batch() -> tuple[Transformer, Batch]:
 def test_the_names_are_read_without_torch_and_fill_the_schema():
     code = "import sys, lnrepro.optimizers as o, lnrepro.config; assert 'torch' not in sys.modules; print(list(o.OPTIMIZERS))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert out.strip() == "['adamw']"
+    assert out.strip() == "['adamw', 'radam']"
     assert load_schema()["$defs"]["optim"]["properties"]["name"] == {"enum": list(OPTIMIZERS)}
 
 

@@ -4,7 +4,8 @@ The published numbers live in ``published.yaml`` beside this module, each with i
 ``lnrepro.paper.published``). A claim's ``measure`` says how its value is computed from the report's tables
 (``MEASURES``); its status is one of ``STATUSES``:
 
-- not measured: no selected run is the claim's setup (or the stage that measures it has not run);
+- not measured: no selected run is the claim's setup (or the stage that measures it has not run; a cell no
+  selected run is says "not run" in the note);
 - not measured at this scale: an absolute number where the dataset or model size is not the paper's (the
   measured value is still shown beside it);
 - reproduced: the measured 95% interval contains the published value (within its stated precision) and
@@ -12,6 +13,9 @@ The published numbers live in ``published.yaml`` beside this module, each with i
   claimed side;
 - not reproduced: the interval excludes the published value, or lies on the other side of zero;
 - inconclusive: otherwise, and always when there is no interval (one seed).
+
+Another paper's number (kind ``reference``) is judged as an absolute one, on a run that has every setting of
+its setup (``measure.settings``); without those settings it is never compared.
 """
 
 from __future__ import annotations
@@ -127,7 +131,7 @@ def _measure_cell(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     """A cell's metric at the last epoch: seed mean and t interval."""
     runs = cell_runs(ev.experiment, m["cell"])
     if not runs:
-        return Measured(note=f"no selected run is {_levels(m['cell'])}")
+        return Measured(note=f"not run: no selected run is {_levels(m['cell'])}")
     settings = m.get("settings", {})
     meeting = [r for r in runs if not _differences(ev.experiment, r, settings)]
     run = (meeting or runs)[0]
@@ -257,11 +261,13 @@ MEASURES: dict[str, Callable[[Evidence, Mapping[str, Any]], Measured]] = {
 
 
 def status(claim: Mapping[str, Any], m: Measured) -> str:
-    """The claim's status (see the module docstring); a reference is never compared (its setup is not run)."""
+    """The claim's status (see the module docstring); a reference is judged as an absolute number where a run
+    has its setup (``measure.settings``), and never compared without one."""
     kind = claim["kind"]
-    if kind == "reference":
+    if kind == "reference" and not claim.get("measure", {}).get("settings"):
         return NOT_MEASURED
-    if kind == "absolute" and m.scale and not m.at_scale:  # the scale first: the setup could not be the paper's
+    # the scale first: the setup could not be the paper's
+    if kind in ("absolute", "reference") and m.scale and not m.at_scale:
         return NOT_AT_SCALE
     if math.isnan(m.value) or not m.meets_setup:
         return NOT_MEASURED

@@ -7,6 +7,13 @@ setting its schedule does not read, ``lnrepro.config.settings.inert_settings``):
 it on is what differs. Where the runs ran (``execution``: seeds trained, device, precision, torch version,
 threads) confounds a comparison too when it differs. Figure 4 of Xiong et al. changes the norm position AND
 the schedule (warm-up, decay): the table says so, and names the controlled comparisons that separate them.
+A setting is named by its key whatever it is, the optimizer too (``optim.name``).
+
+``model.norm`` is more than the norm position when a variant changes other things too (``NormVariant.differences``
+in ``lnrepro.norms``: parameters, residual scaling, initialization, LayerNorms removed). Wherever the runs' norm
+variants differ, the comparison names what they differ in beside it, from the registry: the union of the
+variants' differences (the paper's post and pre have none), "deepnorm differs from post in the residual scale
+and the initialization", whether model.norm is the studied factor or a confound.
 Checkpoints are not time either: the report always states it and plots against training wall-clock too.
 """
 
@@ -19,6 +26,13 @@ from typing import Any, Mapping
 from ..config.settings import FACTOR_KEYS, Comparison, Experiment, RunSettings, inert_settings
 from ..errors import LnReproError
 from ..io import atomic_write_text
+from ..norms import DIFFERENCE_KINDS, NORMS, Difference
+
+# The config key of the norm variant, and how a sentence names each kind of thing a variant changes beside it.
+NORM_KEY = FACTOR_KEYS["norm"]
+DIFFERENCE_WORDS: dict[str, str] = {"parameters": "the learned parameters", "residual scaling": "the residual scale",
+                                    "initialization": "the initialization",
+                                    "layernorms removed": "the LayerNorms removed"}
 
 # Top-level keys that identify a run rather than configure it.
 IDENTITY_KEYS = {"run", "seed", "name"}
@@ -88,6 +102,9 @@ class ComparisonResult:
     confound_values: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> run -> value
     execution_confounds: list[str] = field(default_factory=list)  # names of differing EXECUTION_FACTS
     execution_values: dict[str, dict[str, Any]] = field(default_factory=dict)  # fact -> run -> value
+    # what the runs' norm variants change beside the norm position, when model.norm differs: one
+    # {"variant", "kind", "what"} per registered Difference (NormVariant.differences)
+    variant_differences: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)                # e.g. "no spread: one seed" (not confounds)
     reason: str = ""
     sentence: str = ""
@@ -101,6 +118,30 @@ def _and(items: list[str]) -> str:
 def _differ(items: list[str]) -> str:
     """The verb for ``items`` as a subject: 'differs' for one, 'differ' for more."""
     return "differs" if len(items) == 1 else "differ"
+
+
+def variant_differences(norms: list[str]) -> list[tuple[str, Difference]]:
+    """What the norm variants ``norms`` (model.norm of each run) differ in beside the norm position: the union of
+    the distinct variants' registered differences, as (variant, Difference), by kind in ``DIFFERENCE_KINDS``
+    order, then by variant in the order given. None when the variants are one; an unregistered name has none."""
+    distinct = list(dict.fromkeys(norms))
+    if len(distinct) < 2:
+        return []
+    out = [(n, d) for n in distinct for d in (NORMS[n].differences if n in NORMS else ())]
+    return sorted(dict.fromkeys(out), key=lambda nd: DIFFERENCE_KINDS.index(nd[1].kind))
+
+
+def variant_sentence(norms: list[str], differences: list[tuple[str, Difference]]) -> str:
+    """"deepnorm differs from post in the residual scale and the initialization" (the variants with
+    differences first, the others after "from"); "" when there are none."""
+    if not differences:
+        return ""
+    distinct = list(dict.fromkeys(norms))
+    kinds = [DIFFERENCE_WORDS[k] for k in DIFFERENCE_KINDS if any(d.kind == k for _, d in differences)]
+    changing = [n for n in distinct if any(v == n for v, _ in differences)]
+    plain = [n for n in distinct if n not in changing]
+    subject = f"{_and(changing)} {_differ(changing)} from {_and(plain)}" if plain else f"{_and(changing)} differ"
+    return f"{subject} in {_and(kinds)}"
 
 
 def _differing_facts(runs: list[str], execution: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -142,6 +183,10 @@ def _compare(res: ComparisonResult, settings: list[RunSettings], execution: dict
     res.execution_values = {k: v for k, v in facts.items() if FACT_MIRRORS.get(k) not in listed}
     res.execution_confounds = list(res.execution_values)
     res.notes = _seed_notes(runs, execution)
+    if NORM_KEY in acting:
+        norms = [str(f.get(NORM_KEY)) for f in flat]
+        res.variant_differences = [{"variant": n, "kind": d.kind, "what": d.what}
+                                   for n, d in variant_differences(norms)]
     if fkey not in acting:
         res.verdict = "factor does not vary"
     else:
@@ -149,6 +194,18 @@ def _compare(res: ComparisonResult, settings: list[RunSettings], execution: dict
 
 
 def _sentence(res: ComparisonResult, controlled: dict[str, list[str]]) -> str:
+    """The plain-language verdict, then what the norm variants differ in beside the norm position when they
+    differ."""
+    verdict = _verdict_sentence(res, controlled)
+    if not res.variant_differences:
+        return verdict
+    norms = list(res.factor_values.values()) if res.factor_key == NORM_KEY else \
+        list(res.confound_values.get(NORM_KEY, {}).values())
+    diffs = [(d["variant"], Difference(d["kind"], d["what"])) for d in res.variant_differences]
+    return f"{verdict} {NORM_KEY} is not the norm position alone: {variant_sentence(norms, diffs)}."
+
+
+def _verdict_sentence(res: ComparisonResult, controlled: dict[str, list[str]]) -> str:
     """The plain-language verdict; a confounded one names the controlled comparisons (``controlled``: factor
     key -> their names) that vary its factor and each confounding key alone."""
     runs, fkey = _and(res.runs), res.factor_key
@@ -218,6 +275,8 @@ def confounds_rows(result: dict[str, Any]) -> list[dict[str, str]]:
         rows.append({
             "comparison": c["name"], "runs": ", ".join(c["runs"]), "factor": c["factor_key"],
             "factor values": _fmt_values(c["factor_values"]),
+            "variant differences": "; ".join(f"{d['variant']}: {d['kind']} ({d['what']})"
+                                             for d in c.get("variant_differences", [])),
             "verdict": c["verdict"] + (f": {c['reason']}" if c["reason"] else ""),
             "also differs (confounds)": ", ".join(c["confounds"]),
             "execution confounds": ", ".join(c["execution_confounds"]),
@@ -238,7 +297,9 @@ def confounds_markdown(result: dict[str, Any]) -> str:
     lines = ["# Confounds", "",
              "For each comparison: the resolved-config keys whose values differ between its runs (settings "
              "inert in a run left out), split into the studied factor and everything else (the confounds), "
-             "and the execution facts (seeds trained, device, precision, torch version, threads) that differ.", "",
+             "and the execution facts (seeds trained, device, precision, torch version, threads) that differ; "
+             "where the norm variants differ, what they change beside the norm position (the registry's "
+             "differences).", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(_md_cell(row[k]) for k in cols) + " |" for row in rows]
     lines += ["", "## In words", ""]

@@ -4,7 +4,8 @@ the paper's fixed facts, ``lnrepro.paper``):
 - ``unstated_rows``: every setting the paper does not state (``paper.UNSTATED``), fairseq's recipe, and the value
   used here (``used_value`` reads it from the experiment);
 - ``config_deviations``: the config's differences from the paper's stated setup (dataset, model size, scaled
-  schedule, any stated setting, the vocabulary), computed against the published setup (``paper.published``);
+  schedule, any stated setting, the optimizer's own deviations from its references, the vocabulary), computed
+  against the published setup (``paper.published``) and the optimizer registry;
 - ``recipe_notes``: stated settings where the paper and fairseq's recipe disagree and the paper's value is used.
 
 The implementation's own deviations, which hold whatever the config, are ``paper.DEVIATIONS``.
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.settings import Experiment
+from ..optimizers import OPTIMIZERS
 from ..paper import FAIRSEQ_DICTS, PAPER_PARAMS_M, SIZE_KEYS, UNSTATED, published
 
 
@@ -106,6 +108,9 @@ def config_deviations(experiment: Experiment) -> list[str]:
         out.append("Scaled schedule (the preset's scaling): "
                    + "; ".join(f"{k}: {v}" for k, v in experiment.scaling.items()) + ".")
     out += _setup_deviations(experiment, paper["setup"])
+    # the deviations of each optimizer a selected run uses from its references (lnrepro.optimizers)
+    for name in dict.fromkeys(experiment.runs[r].optim.name for r in experiment.select):
+        out += list(OPTIMIZERS[name].deviations) if name in OPTIMIZERS else []
     v = experiment.bpe.vocab_size
     out.append(
         f"Vocabulary: one joint sentencepiece BPE model ({v:,} pieces, byte fallback) for both languages, where "

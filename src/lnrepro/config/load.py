@@ -76,11 +76,12 @@ def load_schema() -> dict:
     schema["$defs"]["model"]["properties"]["norm"] = {"enum": list(NORMS)}
     schema["$defs"]["optim"]["properties"]["name"] = {"enum": list(OPTIMIZERS)}
     comparison = schema["properties"]["comparisons"]["additionalProperties"]
-    comparison["properties"]["factor"] = {"enum": list(FACTOR_KEYS)}
+    run_keys = [f"{section}.{key}" for section in RUN_SECTIONS for key in schema["$defs"][section]["properties"]]
+    # A comparison studies a factor of the design or any run setting, dotted (optim.name).
+    comparison["properties"]["factor"] = {"enum": [*FACTOR_KEYS, *run_keys]}
     # A grid's keys are the run settings, dotted; each takes a list of what that setting takes.
     values = schema["properties"]["grids"]["additionalProperties"]["properties"]["values"]
-    values["properties"] = {f"{section}.{key}": _grid_values_schema(f"{section}.{key}")
-                            for section in RUN_SECTIONS for key in schema["$defs"][section]["properties"]}
+    values["properties"] = {key: _grid_values_schema(key) for key in run_keys}
     values["additionalProperties"] = False
     return schema
 

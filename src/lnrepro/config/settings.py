@@ -322,7 +322,7 @@ class RunConfig(Section):
 @dataclass(frozen=True)
 class Comparison(Section):
     runs: tuple[str, ...]
-    factor: str  # a key of FACTOR_KEYS
+    factor: str  # a key of FACTOR_KEYS, or a dotted run setting (optim.name)
     claim: str
 
 
