@@ -71,16 +71,16 @@ register_norm(NormVariant("post", "Post-LN", final_norm=False))
 register_norm(NormVariant("pre", "Pre-LN", final_norm=True))
 register_norm(NormVariant("pre_nofinal", "Pre-LN, no final LN", final_norm=False, differences=(
     Difference("layernorms removed", "no LayerNorm after the last layer of each stack"),)))
-register_norm(NormVariant("admin", "Admin", final_norm=False, differences=(
-    Difference("parameters", "a learned vector omega of width d_model per sublayer"),
-    Difference("residual scaling", "x <- LN(omega * x + F(x)): the residual scaled by omega"),
-    Difference("initialization", "omega profiled on the run's first training batch (Admin, Liu et al. 2020)"))))
 register_norm(NormVariant("deepnorm", "DeepNorm", final_norm=False, differences=(
     Difference("residual scaling", "the residual multiplied by alpha before each LayerNorm, LN(alpha x + F(x)): "
                                    "encoder 0.81 (N^4 M)^(1/16), decoder (3M)^(1/4)"),
     Difference("initialization", "xavier_normal_ with gain beta for fc1, fc2 and every attention's value and output "
                                  "projections, gain 1 for query and key: encoder beta 0.87 (N^4 M)^(-1/16), decoder "
                                  "(12M)^(-1/4)"))))
+register_norm(NormVariant("admin", "Admin", final_norm=False, differences=(
+    Difference("parameters", "a learned vector omega of width d_model per sublayer"),
+    Difference("residual scaling", "x <- LN(omega * x + F(x)): the residual scaled by omega"),
+    Difference("initialization", "omega profiled on the run's first training batch (Admin, Liu et al. 2020)"))))
 register_norm(NormVariant("rezero", "ReZero", final_norm=False, differences=(
     Difference("parameters", "one learned scalar a per layer, shared by its sublayers"),
     Difference("layernorms removed", "every LayerNorm: none in the sublayers, none after the stacks"),
