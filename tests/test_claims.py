@@ -142,7 +142,7 @@ def test_claims_table_at_paper_scale(claims):
     assert liu["scale"].startswith("iwslt14, 6+6 layers, d_model 512")  # measured beside it, on the cell's run
     admin = claims.loc["liu2020_admin_test_bleu"]
     assert (admin["status"], admin["published"]) == ("not measured", "35.67 ± 0.15")
-    assert "not run: no selected run is admin, warm-up, isqrt decay" in admin["note"]
+    assert "not run: no selected run is Admin, warm-up, isqrt decay" in admin["note"]
     assert claims.loc["liu2020_preln_test_bleu", "published"] == "35.50 ± 0.04"
 
 
