@@ -350,7 +350,7 @@ def _layer_panels(df: pd.DataFrame) -> list[tuple[str, str]]:
 def plot_layer_grads(summary: pd.DataFrame, out: Path, *, value: str = "grad_norm_mean", group: str = "run",
                      title: str = "", styles: dict | None = None, logy: bool = True,
                      ylabel: str = "gradient norm") -> Path:
-    """Gradient norm by layer index, one panel per (stack, sublayer), one line per ``group`` value
+    """Gradient norm by layer (numbered from 1, as ``summary`` has them), one panel per (stack, sublayer), one line per ``group`` value
     (run for training logs, norm for gradinit), averaged over seeds (band: seed min/max)."""
     df = summary[summary["layer"].notna()] if len(summary) else summary
     panels = _layer_panels(df) if len(df) else []
@@ -379,8 +379,8 @@ def plot_layer_grads(summary: pd.DataFrame, out: Path, *, value: str = "grad_nor
             if q.empty:
                 continue
             st = styles.get(gv, {})
-            ax.plot(q.index.astype(int) + 1, q["mean"], marker="o", markersize=3, label=str(gv), **st)
-            ax.fill_between(q.index.astype(int) + 1, q["min"], q["max"], color=st.get("color"), alpha=0.15, linewidth=0)
+            ax.plot(q.index.astype(int), q["mean"], marker="o", markersize=3, label=str(gv), **st)
+            ax.fill_between(q.index.astype(int), q["min"], q["max"], color=st.get("color"), alpha=0.15, linewidth=0)
         ax.set_title(f"{'encoder' if stack == 'enc' else 'decoder' if stack == 'dec' else stack} {sub}", fontsize=9)
         ax.set_xlabel("layer (1 = bottom)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -432,7 +432,7 @@ def plot_gradinit(gradinit: pd.DataFrame, out: Path, depth: int | None = None) -
     g = gradinit[(gradinit["statistic"] == "expected_grad_fro") & (gradinit["sublayer"] == "ffn")
                  & (gradinit["depth"] == depth)]
     widths = set(g.loc[g["checkpoint"] == "init", "d_model"])  # a checkpoint of another width says so
-    g = g.assign(sublayer=g["param"].map({"fc1": "W1 (fc1)", "fc2": "W2 (fc2)"}),
+    g = g.assign(sublayer=g["param"].map({"fc1": "W1 (fc1)", "fc2": "W2 (fc2)"}), layer=g["layer"] + 1,  # 1-based
                  series=[series_label(n, c) + ("" if w in widths else f" (d_model {w})")
                          for n, c, w in zip(g["norm"], g["checkpoint"], g["d_model"])])
     return plot_layer_grads(g, out, value="value", group="series", styles=_series_styles(g),

@@ -38,6 +38,9 @@ class Study:
     design_notes: list[str]
     fits: dict[tuple[str, str], ef.Fit]
     effects: pd.DataFrame
+    epoch_fits: dict[tuple[str, int], ef.Fit]  # (metric, epoch) -> the fit at every scored epoch
+    effects_by_epoch: pd.DataFrame
+    seed_fates: pd.DataFrame  # each seed's fate at the epoch budgets (budget.seed_fates)
     grids: dict[str, pd.DataFrame]  # grid name -> its table
     best: dict[str, str]  # grid name -> its selected run
     tuned: pd.DataFrame
@@ -78,9 +81,12 @@ def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | No
     other = pd.concat([bu.observations(epochs, bu.scored_budgets(at_epochs, scored[sp], experiment.epochs), sp,
                                        target, experiment.epochs)
                        for sp in experiment.eval.splits if sp != split] or [obs.iloc[0:0]], ignore_index=True)
-    cells = bu.cell_table(pd.concat([obs, other], ignore_index=True), experiment.select)
+    cells = bu.cell_table(pd.concat([obs, other], ignore_index=True), experiment.select, settings.bleu_interval)
     design, design_notes = ef.design(experiment)
-    fits = ef.fits(obs, design)
+    fits = ef.fits(obs, design, settings.covariance)
+    epoch_fits = ef.epoch_fits(epochs, design, split, scored[split], settings.covariance)
+    fates = bu.seed_fates(epochs, experiment.select, [(b.label, b.epoch) for b in budget_list if b.epoch], split,
+                          settings)
     grid_runs = {name: g.runs for name, g in experiment.grids.items()}
     loss, bleu = bu.metric_columns(split)
     best = tu.best_of(cells, grid_runs, last, loss)
@@ -93,8 +99,9 @@ def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | No
         run_facts=tb.run_facts(experiment, agg.execution, agg.wallclock),
         budget_table=bu.budget_table(prog, budget_list, design["run"].tolist()),
         observations=obs, other_observations=other, cells=cells,
-        failures=bu.failure_table(epochs, experiment.select, experiment.epochs, split, settings.bleu_floor),
+        failures=bu.failure_table(fates, experiment.select, last),
         design=design, design_notes=design_notes, fits=fits, effects=ef.effects_table(fits),
+        epoch_fits=epoch_fits, effects_by_epoch=ef.effects_by_epoch(epoch_fits), seed_fates=fates,
         grids={name: tu.grid_table(cells, experiment, g.runs, list(g.values), last, [loss, bleu, *test_metrics],
                                    best.get(name)) for name, g in experiment.grids.items()},
         best=best, tuned=tu.tuned_table(other, pairs, best, last, test_metrics),
