@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..config.settings import Comparison, Experiment, ReportSettings
-from ..paper import published
 from . import aggregate as ag
 from . import budget as bu
 from . import claims as cl
@@ -46,23 +45,12 @@ class Study:
     tuned: pd.DataFrame
     tuned_comparisons: dict[str, Comparison]  # for the confound analysis
     claims: pd.DataFrame
-    findings: list[str]
 
     @property
     def tuned_grids(self) -> pd.DataFrame:
         """Every grid's table, one after the other, each row naming its grid."""
         grids = [g.assign(grid=name) for name, g in self.grids.items()]
         return pd.concat(grids, ignore_index=True) if grids else pd.DataFrame(columns=["grid", "run"])
-
-
-def _findings(claims: pd.DataFrame, fits: dict[tuple[str, str], ef.Fit], split: str, last: str) -> list[str]:
-    """One sentence per claim, then Figure 4's difference split into the factors, per metric."""
-    fig = published()["figure4"]
-    out = [cl.claim_sentence(row) for row in claims.to_dict("records")]
-    for metric in bu.metric_columns(split):
-        f = fits.get((metric, last))
-        out.append(cl.attribution_sentence(ef.attribute(f, fig["low"], fig["high"]) if f else None, metric, last))
-    return out
 
 
 def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | None = None,
@@ -106,5 +94,4 @@ def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | No
                                    best.get(name)) for name, g in experiment.grids.items()},
         best=best, tuned=tu.tuned_table(other, pairs, best, last, test_metrics),
         tuned_comparisons=tu.tuned_comparisons(experiment, pairs, best), claims=claims,
-        findings=_findings(claims, fits, split, last),
     )
