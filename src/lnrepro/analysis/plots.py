@@ -186,9 +186,10 @@ def _schedule_panel(experiment: Experiment | None, run: str) -> str:
 
 def plot_learning_rates(lrs: pd.DataFrame, out: Path, *, styles: dict[str, dict[str, Any]] | None = None,
                         experiment: Experiment | None = None) -> Path:
-    """The learning rate of every update of every run (``lrs``: run, seed, update, lr, from train.jsonl; the
-    seeds of a run share one schedule, the first is drawn), faceted by schedule (warm-up x decay), each run in
-    its own colour and its norm's line style, on a log scale (warm-up's lr 0 of the first update is not drawn)."""
+    """The learning rate of every update of every run and seed (``lrs``: run, seed, update, lr, from
+    train.jsonl), faceted by schedule (warm-up x decay, from ``experiment``; one panel without it), each run in
+    its own colour and its norm's line style, labelled once, on a log scale (warm-up's lr 0 of the first update
+    is not drawn)."""
     runs = list(dict.fromkeys(lrs["run"]))
     styles = styles or run_styles(runs)
     panels = list(dict.fromkeys(_schedule_panel(experiment, r) for r in runs)) or ["no runs"]
@@ -198,10 +199,10 @@ def plot_learning_rates(lrs: pd.DataFrame, out: Path, *, styles: dict[str, dict[
                              sharex=True)
     for ax, panel in zip(axes.flat, panels):
         for run in [r for r in runs if _schedule_panel(experiment, r) == panel]:
-            g = lrs[lrs["run"] == run]
-            g = g[g["seed"] == g["seed"].iloc[0]]
-            g = g[g["lr"] > 0]
-            ax.plot(g["update"], g["lr"], linewidth=1.4, label=run, **styles.get(run, {}))
+            for i, (_, g) in enumerate(lrs[lrs["run"] == run].groupby("seed", sort=False)):
+                g = g[g["lr"] > 0]
+                ax.plot(g["update"], g["lr"], linewidth=1.4, label=run if i == 0 else "_nolegend_",
+                        **styles.get(run, {}))
         if lrs.empty:
             _empty(ax, "no learning rates logged (train.jsonl's lrs)")
         else:
