@@ -282,6 +282,7 @@ def milestone_table(run_epochs: pd.DataFrame, split: str, frac: float = 0.95) ->
 
 CONVERGED, ANNEALED, IMPROVING, WORSENING, UNDETERMINED = (
     "converged", "annealed", "still improving", "getting worse", "undetermined")
+MIN_WINDOW = 3  # a slope and its interval need three epochs at least
 CONVERGENCE_COLUMNS = ["run", "epochs", "n_seeds", "nll_first", "nll_last", "slope", "slope_low", "slope_high",
                        "rel_slope", "rel_low", "rel_high", "df", "tolerance", "lr_cut", "label"]
 
@@ -289,7 +290,8 @@ CONVERGENCE_COLUMNS = ["run", "epochs", "n_seeds", "nll_first", "nll_last", "slo
 def convergence_rule(window: int, tolerance: float) -> str:
     """The convergence rule in words (printed where the convergence table is shown)."""
     return (f"the per-epoch slope of the validation NLL (bits, without label smoothing) over the last {window} "
-            f"scored epochs (analysis.report.convergence_window): each seed's least-squares slope, then their mean "
+            f"scored epochs (analysis.report.convergence_window; all of them when fewer are scored, at least "
+            f"{MIN_WINDOW}): each seed's least-squares slope, then their mean "
             f"with a 95% t interval over seeds (one seed: the slope's own t interval over the epochs), as a "
             f"fraction of the window's mean NLL. Converged: the interval lies within +-{tolerance:.1%} an epoch "
             f"(analysis.report.convergence_tolerance); a run whose learning rate a step decay cut before the window "
@@ -325,10 +327,10 @@ def convergence_table(epochs: pd.DataFrame, experiment: Experiment, split: str, 
     for run in experiment.select:
         g = epochs[(epochs["run"] == run) & (epochs["status"] == STATUS_OK) & epochs[col].notna()]
         row: dict[str, Any] = {"run": run}
-        scored = sorted(set(g["epoch"]))[-window:]
+        scored = sorted(set(g["epoch"]))[-window:]  # fewer when fewer are scored, down to MIN_WINDOW
         g = g[g["epoch"].isin(scored)]
         seeds = [sd for sd, h in g.groupby("seed") if len(h) == len(scored)]
-        if len(scored) < window or not seeds:
+        if len(scored) < min(window, MIN_WINDOW) or not seeds:
             rows.append({**row, "label": "", "lr_cut": ""})
             continue
         g = g[g["seed"].isin(seeds)]
