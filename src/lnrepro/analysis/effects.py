@@ -212,7 +212,8 @@ def effects_table(all_fits: Mapping[tuple[str, str], Fit]) -> pd.DataFrame:
             est = f.estimate_df({term: 1.0}) if term in f.terms else None
             value, lo, hi, df = est or (math.nan,) * 4
             rows.append({"metric": f.metric, "budget": f.budget, "effect": term, "estimate": value, "ci_low": lo,
-                         "ci_high": hi, "df": df, "covariance": f.covariance, "n_seeds": f.n_seeds, "n_obs": f.n_obs, "n_left_out": f.n_left_out,
+                         "ci_high": hi, "df": df, "covariance": f.covariance, "n_seeds": f.n_seeds,
+                         "n_obs": f.n_obs, "n_left_out": f.n_left_out,
                          "n_missing": f.n_missing,
                          "note": f.note if est is not None else "not identified by the cells with data"})
     return pd.DataFrame(rows, columns=EFFECT_COLUMNS)

@@ -37,7 +37,9 @@ class Group:
 def _ci(v: float, lo: float, hi: float, what: str = "95% interval") -> str:
     if math.isnan(v):
         return "—"
-    return f"{fmt(v)} (no interval: fewer than two seeds)" if math.isnan(lo) else f"{fmt(v)} ({what} {fmt(lo)} to {fmt(hi)})"
+    if math.isnan(lo):
+        return f"{fmt(v)} (no interval: fewer than two seeds)"
+    return f"{fmt(v)} ({what} {fmt(lo)} to {fmt(hi)})"
 
 
 def schedule_words(data: ReportData, run: str) -> str:

@@ -102,8 +102,8 @@ def series_order(gi: pd.DataFrame) -> list[str]:
 
 def layer_table(gi: pd.DataFrame, depth: int) -> pd.DataFrame:
     """tables/gradinit_summary.csv: at ``depth`` layers, each weight matrix's expected gradient averaged over
-    seeds (layers numbered from 1): one column per series, the first variant's ratio to each other one at init ("Post-LN/Pre-LN"), and
-    the largest seed-mean noise of the row's values (a difference below it is not a result)."""
+    seeds (layers numbered from 1): one column per series, the first variant's ratio to each other one at init
+    ("Post-LN/Pre-LN"), and the largest seed-mean noise of the row's values (a difference below it is not a result)."""
     keys = ["stack", "layer", "sublayer", "param"]
     g = gi[(gi["statistic"] == "expected_grad_fro") & (gi["depth"] == depth)]
     g = g.assign(series=[series_label(n, c) for n, c in zip(g["norm"], g["checkpoint"])])

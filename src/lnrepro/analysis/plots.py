@@ -411,8 +411,8 @@ def _layer_panels(df: pd.DataFrame) -> list[tuple[str, str]]:
 def plot_layer_grads(summary: pd.DataFrame, out: Path, *, value: str = "grad_norm_mean", group: str = "run",
                      title: str = "", styles: dict | None = None, logy: bool = True,
                      ylabel: str = "gradient norm") -> Path:
-    """Gradient norm by layer (numbered from 1, as ``summary`` has them), one panel per (stack, sublayer), one line per ``group`` value
-    (run for training logs, norm for gradinit), averaged over seeds (band: seed min/max)."""
+    """Gradient norm by layer (numbered from 1, as ``summary`` has them), one panel per (stack, sublayer), one
+    line per ``group`` value (run for training logs, norm for gradinit), averaged over seeds (band: seed min/max)."""
     df = summary[summary["layer"].notna()] if len(summary) else summary
     panels = _layer_panels(df) if len(df) else []
     if not panels:
