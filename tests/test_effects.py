@@ -142,3 +142,61 @@ def test_design_one_run_per_cell():
                                         {"run": "b", "norm": 1, "warmup": -1, "decay": 1}]
     assert any(n.startswith("c: a level outside the 2x2x2 design") for n in notes)
     assert "g: same cell as a" in notes  # the run of its own, not the grid's, stands for the cell
+
+
+def test_cell_covariance_is_welch_with_welch_satterthwaite_df():
+    """Unequal spreads (issue 22): with the default covariance each estimate's variance is sum(w^2 s_i^2 / n_i)
+    over the cells (Welch's variance of a contrast of cell means) with the Welch-Satterthwaite degrees of freedom;
+    "hc3" inflates each cell's variance by n/(n-1); "pooled" is the OLS interval with the residual df."""
+    spread = {c: (2.0 if c == "-1-1-1" else 0.1) for c in CELLS["run"]}  # one cell spreads 20x the others
+    obs = observations(CELLS, {1: 1.0, 2: 0.0, 3: -1.0})
+    mu = obs.groupby("run")["value"].transform("mean")
+    obs["value"] = mu + (obs["value"] - mu) * obs["run"].map(spread)
+    s2 = obs.groupby("run")["value"].var(ddof=1)
+    parts = (1 / 4) ** 2 * s2 / 3  # a main effect: +-1/4 on every cell mean
+    var, df = parts.sum(), parts.sum() ** 2 / (parts ** 2 / 2).sum()
+    f = ef.fit(obs, CELLS, "m", "epoch 3")
+    est, lo, hi, got_df = f.estimate_df({"norm": 1.0})
+    assert got_df == pytest.approx(df) and 2 < got_df < 3  # the wide cell dominates: about n - 1
+    assert hi - est == pytest.approx(stats.t.ppf(0.975, df) * math.sqrt(var))
+    hc3 = ef.fit(obs, CELLS, "m", "epoch 3", "hc3").estimate_df({"norm": 1.0})
+    assert hc3[2] - hc3[0] == pytest.approx(stats.t.ppf(0.975, df) * math.sqrt(var * 3 / 2))
+    pooled = ef.fit(obs, CELLS, "m", "epoch 3", "pooled")
+    p = pooled.estimate_df({"norm": 1.0})
+    assert p[3] == 16 and p[2] - p[0] == pytest.approx(stats.t.ppf(0.975, 16) * math.sqrt(s2.mean() * 8 / 16 / 3))
+    t = table(f)
+    assert set(t["covariance"]) == {"cell"} and t.loc["norm", "df"] == pytest.approx(df)
+
+
+def test_welch_contrast_of_two_runs():
+    a, b = [1.0, 1.2, 0.8], [3.0, 5.0, 1.0, 3.0]
+    d, lo, hi, df = ef.welch(a, b)
+    va, vb = pd.Series(a).var() / 3, pd.Series(b).var() / 4
+    assert d == pytest.approx(2.0) and df == pytest.approx((va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 3))
+    assert hi - d == pytest.approx(stats.t.ppf(0.975, df) * math.sqrt(va + vb))
+    assert math.isnan(ef.welch([1.0], b)[1])
+
+
+def test_effects_at_every_epoch_with_simple_effects():
+    """effects_by_epoch: every term and the simple effects of SIMPLE, each the difference of the cell means it
+    names, at every scored epoch."""
+    rows = []
+    for ep in (1, 2):
+        obs = observations(CELLS, {1: 0.1, 2: -0.1}, {k: v * ep for k, v in TRUE.items()})
+        for r in obs.to_dict("records"):
+            rows.append({"run": r["run"], "seed": r["seed"], "epoch": ep, "status": "ok", "valid_bleu_tok": r["value"],
+                         "valid_loss_base2": r["value"], "valid_nll_base2": r["value"]})
+    fits = ef.epoch_fits(pd.DataFrame(rows), CELLS, "valid", [1, 2])
+    t = ef.effects_by_epoch(fits)
+    assert set(t["epoch"]) == {1, 2} and set(t["metric"]) == {"valid_bleu_tok", "valid_loss_base2", "valid_nll_base2"}
+    at = t[(t["epoch"] == 2) & (t["metric"] == "valid_bleu_tok")].set_index("effect")
+    assert at.loc["norm", "estimate"] == pytest.approx(4.0) and at.loc["norm", "kind"] == "main"
+    means = pd.DataFrame(rows).query("epoch == 2").groupby("run")["valid_bleu_tok"].mean()
+    cell = {(n, w, d): means[f"{n}{w}{d}"] for n, w, d in itertools.product([-1, 1], repeat=3)}
+    warm_post = sum(cell[(-1, 1, d)] - cell[(-1, -1, d)] for d in (-1, 1)) / 2
+    assert at.loc["warmup | Post-LN", "estimate"] == pytest.approx(warm_post)
+    norm_on = sum(cell[(1, 1, d)] - cell[(-1, 1, d)] for d in (-1, 1)) / 2
+    assert at.loc["norm | warm-up on", "estimate"] == pytest.approx(norm_on)
+    decay_post_on = cell[(-1, 1, 1)] - cell[(-1, 1, -1)]
+    assert at.loc["decay | Post-LN, warm-up on", "estimate"] == pytest.approx(decay_post_on)
+    assert (at["ci_low"] < at["estimate"]).all() and at.loc["decay | Pre-LN", "kind"] == "simple"

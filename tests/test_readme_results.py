@@ -70,9 +70,14 @@ def test_results_section_is_filled_from_the_tables(report: Path, tmp_path: Path)
     assert "| post | dec last fc2 | 0.012 | [-0.050, 0.070] | 0.0 | 2;3;4 |" in body
     for run in pd.read_csv(tables / "failures.csv")["run"]:
         assert f"| {run} |" in body
-    plateau = pd.read_csv(tables / "plateau.csv").set_index("run").loc[runs[0]]
-    assert (f"{runs[0]} {plateau['loss_first']:.2f} to {plateau['loss_last']:.2f} bits over epochs "
-            f"{plateau['epochs']}, a spread of {100 * plateau['spread']:.1f}%") in body
+    conv = pd.read_csv(tables / "convergence.csv").set_index("run")
+    for run in runs:
+        c = conv.loc[run]
+        if pd.isna(c["slope"]):
+            assert f"{run}: fewer scored epochs than the window" in body
+        else:
+            assert (f"{run} {c['nll_first']:.2f} to {c['nll_last']:.2f} bits over epochs {c['epochs']}, "
+                    f"{100 * c['rel_slope']:.2f}% an epoch") in body and c["label"] in body
 
     # update then check: the README copy is rewritten once, then up to date; a stale one is refused by --check
     readme = tmp_path / "README.md"

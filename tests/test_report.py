@@ -274,7 +274,7 @@ def test_figures_and_tables_exist(report):
     ep = pd.read_csv(out / "tables" / "epochs.csv")
     assert len(ep) == len(RUNS) * len(SEEDS) * EPOCHS
     assert set(ep["status"]) == {"ok", "diverged", "not evaluated"}
-    for name in ("run_epochs", "divergence", "wallclock", "milestones", "plateau", "train_curves",
+    for name in ("run_epochs", "divergence", "wallclock", "milestones", "convergence", "train_curves",
                  "grad_norms_early", "grad_norms_by_epoch"):
         assert (out / "tables" / f"{name}.csv").exists(), name
     assert not list(out.rglob("*.tmp"))
@@ -292,13 +292,28 @@ def test_findings_open_the_page_and_come_from_the_tables(report):
         "findings", "run", "figure4", "effects", "tuned", "claims", "confounds"]
     assert '<h2 id="deviations">' not in text and '<h2 id="assumptions">' in text
     claims = pd.read_csv(exp_dir / "report" / "tables" / "claims.csv")
-    findings = re.findall(r"<li>(.*?)</li>", _section(text, "findings"))
-    assert len(findings) == len(claims) + 2  # a sentence per claim, then Figure 4's attribution per metric
-    for sentence, row in zip(findings, claims.itertuples()):
-        assert row.status in html.unescape(sentence)
+    section = _section(text, "findings")
+    # issue 22's order: the gap, the confounds and controlled comparisons, stability and failures, the claims,
+    # the absolute numbers of the paper's scale last
+    heads = [html.unescape(h) for h in re.findall(r"<h3>(.*?)</h3>", section)]
+    assert heads[0].startswith("The gap: ") and heads[1:] == [
+        "Figure 4's confounds and the comparisons that separate them", "Stability and failures",
+        "The paper's claims", "Absolute numbers of the paper's scale, and references"]
+    groups = [re.findall(r"<li>(.*?)</li>", g) for g in section.split("<h3>")[1:]]
+    findings = [html.unescape(x) for g in groups for x in g]
+    assert len(groups[3]) + len(groups[4]) == len(claims)  # a sentence per claim
+    absolute = claims[claims["kind"].isin(["absolute", "reference"])]
+    for sentence, row in zip([html.unescape(x) for x in groups[4]], absolute.itertuples()):
+        assert row.status in sentence
     assert claims.set_index("id").loc["figure4_postln_bleu", "status"] == "not measured at this scale"  # demo size
     assert set(claims["status"]) <= set(STATUSES)
-    assert all(html.unescape(s).startswith("Figure 4's difference in valid_") for s in findings[-2:])
+    gap = [html.unescape(x) for x in groups[0]]
+    assert all(s.startswith("Figure 4's pair, preln_nowarmup_step8 minus postln_warmup_isqrt, at epoch ") for s in gap)
+    assert "Welch interval" in gap[0] and "the last epoch" in gap[-1]
+    assert not any("attributes it to" in s for s in findings)  # no attribution from last-epoch main effects
+    controlled = " ".join(map(html.unescape, groups[1]))
+    assert "schedule.decay, schedule.warmup" in controlled or "schedule.warmup, schedule.decay" in controlled
+    assert "Divergence (a non-finite training loss)" in html.unescape(groups[2][0])
     rows = {r[0]: r for r in p.tables["claims"][1:]}
     measured = claims.set_index("id").loc["figure4_postln_bleu", "measured"]
     assert rows["figure4_postln_bleu"][5].startswith(f"{measured:.4g} [")  # the value [its interval]
@@ -319,7 +334,15 @@ def test_data_budget_effect_and_failure_tables(report):
     assert list(budgets["budget"])[:2] == ["epoch 3", "epoch 2"] and budgets["budget"][2].startswith("wall-clock")
     assert list(budgets["updates"][:2]) == [30, 20]
     effects = pd.read_csv(tables / "effects.csv")
-    assert list(effects.columns[:7]) == ["metric", "budget", "effect", "estimate", "ci_low", "ci_high", "n_seeds"]
+    assert list(effects.columns[:9]) == ["metric", "budget", "effect", "estimate", "ci_low", "ci_high", "df",
+                                         "covariance", "n_seeds"]
+    by_epoch = pd.read_csv(tables / "effects_by_epoch.csv")
+    assert set(by_epoch["epoch"]) == {1, 2, 3} and set(by_epoch["kind"]) == {"main", "interaction", "simple"}
+    fates = pd.read_csv(tables / "seed_fates.csv")
+    assert set(fates["budget"]) == {"epoch 3", "epoch 2"} and "did not train" in set(fates["fate"]) | {"did not train"}
+    effects_html = html.unescape(_section(index.read_text(), "effects"))
+    assert "Welch-Satterthwaite" in effects_html and "analysis.report.failure_bleu_fraction" in effects_html
+    assert "analysis.report.convergence_window" in html.unescape(_section(index.read_text(), "figure4"))
     last = effects[(effects["metric"] == "valid_bleu_tok") & (effects["budget"] == "epoch 3")].set_index("effect")
     # epoch 3: postln_nowarmup_isqrt diverged, preln_warmup_isqrt not scored: two cells, only norm identified
     assert last["estimate"].notna().tolist() == [True] + [False] * 6
@@ -440,14 +463,14 @@ def test_train_logs_parsed_generically(tmp_path):
     post = lay[lay["run"] == "postln_warmup_isqrt"]
     assert set(map(tuple, post[["stack", "sublayer"]].drop_duplicates().values)) == {
         ("enc", "self_attn"), ("enc", "ffn"), ("dec", "self_attn"), ("dec", "encoder_attn"), ("dec", "ffn")}
-    assert set(post["layer"]) == {0.0, 1.0}
+    assert set(post["layer"]) == {1.0, 2.0}  # numbered from 1, as in the figures (the logs' lists are 0-based)
     pre = lay[lay["run"] == "preln_warmup_isqrt"]
     assert set(map(tuple, pre[["stack", "sublayer"]].drop_duplicates().values)) == {
         ("enc", "attn"), ("enc", "ffn"), ("dec", "attn"), ("dec", "ffn")}
     agg = ag.aggregate(results, exp)
     assert agg.early_updates == 10  # the first epoch's updates
     e = agg.layers_early
-    v = e[(e["run"] == "postln_warmup_isqrt") & (e["stack"] == "dec") & (e["sublayer"] == "ffn") & (e["layer"] == 1)]
+    v = e[(e["run"] == "postln_warmup_isqrt") & (e["stack"] == "dec") & (e["sublayer"] == "ffn") & (e["layer"] == 2)]
     # updates <= 10; update 1's record is the resumed attempt's, which logged no layer norms
     assert v["grad_norm_mean"].tolist() == [pytest.approx(1 + (3 + 5 + 7 + 9) / 4)] * 2
 
@@ -505,7 +528,7 @@ def test_report_with_gradinit_and_partial_tree(tmp_path):
     header, *cells = p.tables["gradinit"]  # at the experiment's depth (2): NORMS order, after warm-up, ratio, noise
     assert header == ["stack", "layer", "sublayer", "param", "Post-LN", "Pre-LN", "Post-LN after warm-up",
                       "Post-LN/Pre-LN", "noise (max)"]
-    assert [row[:2] for row in cells[:2]] == [["enc", "0"], ["enc", "0"]]
+    assert [row[:2] for row in cells[:2]] == [["enc", "1"], ["enc", "1"]]  # layers numbered from 1
     assert {row[-2] for row in cells} == {f"{2 * 2 ** 0.5:.4g}"}
     header, *cells = p.tables["gradinit-by-depth"]
     assert header[:2] == ["depth", "Post-LN"] and [row[0] for row in cells] == ["2", "3"]
@@ -600,13 +623,18 @@ def test_learning_rates_from_train_jsonl(tmp_path, drawn):
     mine = lrs[(lrs["run"] == RUNS[0]) & (lrs["seed"] == 1)]
     assert mine[["update", "lr"]].values.tolist() == [[1, 0.0], [2, 1.0], [3, 2.5], [4, 3.5]]
     assert set(lrs["run"]) == {r for r in RUNS if r.startswith("post")}  # the others log no lrs
-    plots.plot_learning_rates(lrs, Path("lr.png"))
+    plots.plot_learning_rates(lrs, Path("lr.png"), experiment=exp)
     plots.plot_learning_rates(lrs.iloc[0:0], Path("lr.png"))
     full, empty = drawn
-    assert [ax.get_ylabel() for ax in full.axes] == ["learning rate (Adam step size)"] * 2
-    assert full.axes[1].get_yscale() == "log" and "update (optimizer step)" in _texts(full)
-    assert len(full.axes[0].lines) == len(set(map(tuple, lrs[["run", "seed"]].values)))  # a line per run and seed
+    # faceted by schedule (issue 22: no panel overplots runs with repeated colours), log scale
+    titles = [ax.get_title() for ax in full.axes]
+    want = list(dict.fromkeys(plots._schedule_panel(exp, r) for r in dict.fromkeys(lrs["run"])))
+    assert titles == want and len(titles) > 1
+    assert all(ax.get_yscale() == "log" for ax in full.axes) and "update (optimizer step)" in _texts(full)
+    assert sum(len(ax.lines) for ax in full.axes) == len(set(map(tuple, lrs[["run", "seed"]].values)))
     assert _texts(full).count("postln_warmup_isqrt") == 1  # one legend entry per run
+    colours = [ax.lines[0].get_color() for ax in full.axes]
+    assert len(set(map(str, colours))) == len(colours)
     assert "no learning rates logged" in _texts(empty)
 
 
@@ -657,12 +685,26 @@ def test_plot_cells_effects_interaction(drawn):
 def test_plot_failures(report, drawn):
     exp_dir, _, _, _ = report
     failures = pd.read_csv(exp_dir / "report" / "tables" / "failures.csv")
-    plots.plot_failures(failures, 1.0, Path("f.png"))
-    plots.plot_failures(failures.iloc[0:0], 1.0, Path("f.png"))
+    plots.plot_failures(failures, Path("f.png"))
+    plots.plot_failures(failures.iloc[0:0], Path("f.png"))
     fig, empty = drawn
     text = _texts(fig)
-    assert "diverged" in text and "below the BLEU floor (1)" in text
+    assert "diverged" in text and "did not train (far from the best run)" in text
     assert "2/2 failed" in text and "1/2 failed" in text and "no seed finished" in text  # unevaluated last epoch
     diverged = [p.get_width() for p in fig.axes[0].patches[:len(failures)]]
     assert diverged == [0.0, 50.0, 100.0, 0.0]  # RUNS order: postln_nowarmup_isqrt all, preln_nowarmup_step8 half
     assert "no run selected" in _texts(empty)
+
+
+def test_plot_effects_by_epoch(report, drawn):
+    """Every main effect with its simple effects, a panel per factor and metric, the interactions in their own
+    column; no panel has more than six lines, each line with its own colour and style."""
+    exp_dir, _, _, _ = report
+    by_epoch = pd.read_csv(exp_dir / "report" / "tables" / "effects_by_epoch.csv")
+    plots.plot_effects_by_epoch(by_epoch, "valid", Path("e.png"))
+    (fig,) = drawn
+    assert [ax.get_title() for ax in fig.axes[:4]] == ["norm", "warm-up", "decay", "interactions"]
+    for ax in fig.axes:
+        lines = [ln for ln in ax.lines if not ln.get_label().startswith("_")]
+        assert len(lines) <= 6
+        assert len({(str(ln.get_color()), str(ln.get_linestyle())) for ln in lines}) == len(lines)

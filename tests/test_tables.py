@@ -88,16 +88,33 @@ def test_run_facts_config_and_execution():
     assert f.loc[RUN, "schedule.warmup_updates"] == pytest.approx(EXP.runs[RUN].schedule.warmup_updates)
 
 
-def test_plateau_spread_of_the_last_three_scored_epochs():
-    """A run falling 0.5% an epoch at the end is a plateau, one falling 5% is not, and an epoch with no
-    valid score (test-only, diverged) is skipped rather than counted."""
+def test_convergence_by_the_slope_of_the_validation_nll():
+    """Issue 22: per seed the least-squares slope of the validation NLL over the last window, their mean with a
+    t interval over seeds; converged only when the interval lies within the tolerance, "annealed" when a step
+    decay cut the learning rate (the flat curve is the annealing), "still improving" below it; an epoch with no
+    valid score is skipped rather than counted."""
+    from types import SimpleNamespace
+
+    def sched(decay: str, epochs=None):
+        return SimpleNamespace(schedule=SimpleNamespace(decay=decay, decay_epochs=epochs, decay_factor=0.1))
+
+    exp = SimpleNamespace(select=["flat", "step", "falling", "short"],
+                          runs={"flat": sched("isqrt"), "step": sched("step", (3,)), "falling": sched("isqrt"),
+                                "short": sched("isqrt")})
     rows = []
-    for run, losses in (("flat", [6.0, 5.0, 4.02, 4.01, 4.0]), ("falling", [6.0, 5.0, 4.4, 4.2, 4.0]),
-                        ("short", [5.0, 4.0, math.nan, math.nan, math.nan])):
-        rows += [{"run": run, "epoch": ep, "valid_loss_base2_mean": v} for ep, v in enumerate(losses, 1)]
-    rows.append({"run": "flat", "epoch": 6, "valid_loss_base2_mean": math.nan})
-    pl = ag.plateau_table(pd.DataFrame(rows), "valid").set_index("run")
-    assert pl.loc["flat", "epochs"] == "3-5" and bool(pl.loc["flat", "plateau"])
-    assert pl.loc["flat", "spread"] == pytest.approx(0.02 / 4.0)
-    assert pl.loc["falling", "spread"] == pytest.approx(0.4 / 4.0) and not bool(pl.loc["falling", "plateau"])
-    assert pd.isna(pl.loc["short", "plateau"]) and pd.isna(pl.loc["short", "spread"])
+    curves = {"flat": [6.0, 5.0, 4.002, 4.001, 4.0], "step": [6.0, 5.0, 4.002, 4.001, 4.0],
+              "falling": [6.0, 5.0, 4.4, 4.2, 4.0], "short": [5.0, 4.0, math.nan, math.nan, math.nan]}
+    for run, losses in curves.items():
+        for seed, noise in ((1, 0.001), (2, -0.001)):
+            rows += [{"run": run, "seed": seed, "epoch": ep, "status": "ok" if not math.isnan(v) else "not evaluated",
+                      "valid_nll_base2": v + noise * (ep % 2)} for ep, v in enumerate(losses, 1)]
+    rows.append({"run": "flat", "seed": 1, "epoch": 6, "status": "ok", "valid_nll_base2": math.nan})
+    c = ag.convergence_table(pd.DataFrame(rows), exp, "valid", 3, 0.005).set_index("run")
+    assert c.loc["flat", "epochs"] == "3-5" and c.loc["flat", "label"] == ag.CONVERGED
+    assert c.loc["flat", "slope"] == pytest.approx(-0.001) and c.loc["flat", "n_seeds"] == 2
+    assert c.loc["flat", "slope_low"] < -0.001 < c.loc["flat", "slope_high"]
+    assert c.loc["step", "label"] == ag.ANNEALED and c.loc["step", "lr_cut"] == "x0.1 from epoch 3"
+    assert c.loc["falling", "label"] == ag.IMPROVING
+    assert c.loc["falling", "rel_slope"] == pytest.approx(-0.2 / 4.2)
+    assert c.loc["short", "label"] == "" and pd.isna(c.loc["short", "slope"])
+    assert "+-0.5% an epoch" in ag.convergence_rule(3, 0.005)

@@ -21,6 +21,7 @@ FIGURES = {
     "lr": "learning_rate_vs_update.png",
     "cells": "factorial_cells.png",
     "effects": "factorial_effects.png",
+    "effects_by_epoch": "factorial_effects_by_epoch.png",
     "interaction": "interaction_norm_warmup.png",
     "failures": "failures_by_cell.png",
     "grad_layers": "grad_norms_early_by_layer.png",

@@ -280,30 +280,89 @@ def milestone_table(run_epochs: pd.DataFrame, split: str, frac: float = 0.95) ->
     return pd.DataFrame(rows, columns=cols)
 
 
-PLATEAU_EPOCHS = 3  # issue 14: a plateau is the last three epochs' validation losses within 1% of each other
-PLATEAU_TOLERANCE = 0.01
+CONVERGED, ANNEALED, IMPROVING, WORSENING, UNDETERMINED = (
+    "converged", "annealed", "still improving", "getting worse", "undetermined")
+MIN_WINDOW = 3  # a slope and its interval need three epochs at least
+CONVERGENCE_COLUMNS = ["run", "epochs", "n_seeds", "nll_first", "nll_last", "slope", "slope_low", "slope_high",
+                       "rel_slope", "rel_low", "rel_high", "df", "tolerance", "lr_cut", "label"]
 
 
-def plateau_table(run_epochs: pd.DataFrame, split: str) -> pd.DataFrame:
-    """Per run, the spread of the seed-mean validation loss over its last ``PLATEAU_EPOCHS`` scored epochs,
-    (max - min) / min, and whether it is within ``PLATEAU_TOLERANCE``: says whether a run had stopped
-    improving when the budget ended, so that a comparison at the last epoch is not one of unfinished runs."""
-    col = f"{split}_loss_base2_mean"
-    cols = ["run", "epochs", "loss_first", "loss_last", "spread", "plateau"]
-    if run_epochs.empty or col not in run_epochs:
-        return pd.DataFrame(columns=cols)
+def convergence_rule(window: int, tolerance: float) -> str:
+    """The convergence rule in words (printed where the convergence table is shown)."""
+    return (f"the per-epoch slope of the validation NLL (bits, without label smoothing) over the last {window} "
+            f"scored epochs (analysis.report.convergence_window; all of them when fewer are scored, at least "
+            f"{MIN_WINDOW}): each seed's least-squares slope, then their mean "
+            f"with a 95% t interval over seeds (one seed: the slope's own t interval over the epochs), as a "
+            f"fraction of the window's mean NLL. Converged: the interval lies within +-{tolerance:.1%} an epoch "
+            f"(analysis.report.convergence_tolerance); a run whose learning rate a step decay cut before the window "
+            f"ends is \"annealed\" instead, since the small learning rate flattens a curve without its having "
+            f"converged. Still improving: the interval lies below -{tolerance:.1%}; getting worse: above "
+            f"+{tolerance:.1%}; undetermined otherwise")
+
+
+def _slope(x: Any, y: Any) -> tuple[float, float, float]:
+    """A least-squares slope with its standard error and residual degrees of freedom."""
+    import numpy as np
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    xc = x - x.mean()
+    b = float((xc * (y - y.mean())).sum() / (xc ** 2).sum())
+    df = len(x) - 2
+    if df < 1:
+        return b, math.nan, 0
+    resid = y - y.mean() - b * xc
+    return b, math.sqrt(float((resid ** 2).sum()) / df / float((xc ** 2).sum())), df
+
+
+def convergence_table(epochs: pd.DataFrame, experiment: Experiment, split: str, window: int,
+                      tolerance: float) -> pd.DataFrame:
+    """tables/convergence.csv: per selected run, the slope of the validation NLL of ``split`` over its last
+    ``window`` scored epochs (every seed finished there) with its 95% interval, relative to the window's mean,
+    and its label by ``convergence_rule``; ``lr_cut`` names the step decay that cut its learning rate before
+    the window ends ("" for none)."""
+    from scipy import stats
+
+    col = f"{split}_nll_base2"
     rows = []
-    for run, g in run_epochs.groupby("run", sort=False):
-        last = g[g[col].notna()].sort_values("epoch").tail(PLATEAU_EPOCHS)
+    for run in experiment.select:
+        g = epochs[(epochs["run"] == run) & (epochs["status"] == STATUS_OK) & epochs[col].notna()]
         row: dict[str, Any] = {"run": run}
-        if len(last) == PLATEAU_EPOCHS:
-            v = last[col].astype(float)
-            spread = (v.max() - v.min()) / v.min()
-            row.update(epochs=f"{int(last['epoch'].iloc[0])}-{int(last['epoch'].iloc[-1])}",
-                       loss_first=v.iloc[0], loss_last=v.iloc[-1], spread=spread,
-                       plateau=bool(spread <= PLATEAU_TOLERANCE))
-        rows.append(row)
-    return pd.DataFrame(rows, columns=cols)
+        scored = sorted(set(g["epoch"]))[-window:]  # fewer when fewer are scored, down to MIN_WINDOW
+        g = g[g["epoch"].isin(scored)]
+        seeds = [sd for sd, h in g.groupby("seed") if len(h) == len(scored)]
+        if len(scored) < min(window, MIN_WINDOW) or not seeds:
+            rows.append({**row, "label": "", "lr_cut": ""})
+            continue
+        g = g[g["seed"].isin(seeds)]
+        level = g[col].mean()
+        slopes = [_slope(h["epoch"], h[col]) for _, h in g.groupby("seed")]
+        if len(slopes) > 1:
+            v = [b for b, _, _ in slopes]
+            slope, se, df = float(sum(v) / len(v)), float(pd.Series(v).std(ddof=1)) / math.sqrt(len(v)), len(v) - 1
+        else:
+            slope, se, df = slopes[0]
+        half = float(stats.t.ppf(0.975, df)) * se if df > 0 and not math.isnan(se) else math.nan
+        sched = experiment.runs[run].schedule
+        cut = [k for k in (sched.decay_epochs or ()) if sched.decay == "step" and k <= scored[-1]]
+        lr_cut = (f"x{sched.decay_factor:g} from epoch {', '.join(map(str, cut))}") if cut else ""
+        lo, hi = (slope - half) / level, (slope + half) / level
+        if math.isnan(half):
+            label = UNDETERMINED
+        elif -tolerance <= lo and hi <= tolerance:
+            label = ANNEALED if cut else CONVERGED
+        elif hi < -tolerance:
+            label = IMPROVING
+        elif lo > tolerance:
+            label = WORSENING
+        else:
+            label = UNDETERMINED
+        first = g[g["epoch"] == scored[0]][col].mean()
+        last = g[g["epoch"] == scored[-1]][col].mean()
+        rows.append({**row, "epochs": f"{scored[0]}-{scored[-1]}", "n_seeds": len(seeds), "nll_first": first,
+                     "nll_last": last, "slope": slope, "slope_low": slope - half, "slope_high": slope + half,
+                     "rel_slope": slope / level, "rel_low": lo, "rel_high": hi, "df": df, "tolerance": tolerance,
+                     "lr_cut": lr_cut, "label": label})
+    return pd.DataFrame(rows, columns=CONVERGENCE_COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -361,7 +420,8 @@ class TrainLog:
 
 
 def train_logs(results: Results) -> TrainLog:
-    """Every selected run's training log as tables. Every dict-valued field of a step record is taken as
+    """Every selected run's training log as tables, layers numbered from 1 (the bottom layer), as in every table
+    and figure of the report. Every dict-valued field of a step record is taken as
     per-layer gradient norms (generic: nested dicts and per-layer lists are flattened; the exact key names
     come from the training stage); top-level lists (``lrs``) are not layers."""
     curve_rows: list[dict[str, Any]] = []
@@ -375,8 +435,8 @@ def train_logs(results: Results) -> TrainLog:
             for k, v in rec.items():
                 if isinstance(v, dict):
                     for key, val in _flatten_numeric(v).items():
-                        stack, layer, sub = parse_layer_key(key)
-                        layer_rows.append((sr.run, sr.seed, upd, row["epoch"], key, stack, layer, sub, val))
+                        stack, layer, sub = parse_layer_key(key)  # the logs' index is 0-based
+                        layer_rows.append((sr.run, sr.seed, upd, row["epoch"], key, stack, layer + 1, sub, val))
     curves = pd.DataFrame(curve_rows, columns=["run", "seed", "update", "epoch", *TRAIN_SCALARS])
     layers = pd.DataFrame(layer_rows, columns=["run", "seed", "update", "epoch", "key", "stack", "layer",
                                                "sublayer", "grad_norm"])
@@ -434,7 +494,7 @@ class Aggregate:
     divergence: pd.DataFrame      # per run
     wallclock: pd.DataFrame       # per (run, seed)
     milestones: pd.DataFrame      # per run
-    plateau: pd.DataFrame         # per run
+    convergence: pd.DataFrame     # per run: the validation NLL's slope at the end (convergence_table)
     curves: pd.DataFrame          # per (run, seed, logged update)
     lrs: pd.DataFrame             # per (run, seed, update): every update's learning rate
     layers: pd.DataFrame          # per (run, seed, logged update, layer key) (not written: can be large)
@@ -458,7 +518,8 @@ def aggregate(results: Results, experiment: Experiment) -> Aggregate:
         divergence=divergence_table(results, experiment, epochs),
         wallclock=wallclock_table(results, epochs, log.curves),
         milestones=milestone_table(run_epochs, split),
-        plateau=plateau_table(run_epochs, split),
+        convergence=convergence_table(epochs, experiment, split, experiment.analysis.report.convergence_window,
+                                      experiment.analysis.report.convergence_tolerance),
         curves=log.curves, lrs=learning_rates(results), layers=log.layers,
         layers_early=layer_grad_summary(log.layers, early),
         layers_by_epoch=layer_grad_by_epoch(log.layers),

@@ -7,10 +7,13 @@ equal training wall-clock (each seed's scores interpolated linearly between its 
 training wall-clock, at the largest time every finished seed reached), and by the epochs and wall-clock each
 seed needs to reach ``target_fraction`` of the best seed-mean BLEU.
 
-A seed's outcome at a budget is ``ok``, ``diverged`` or ``stopped`` (failures: left out of the fits, counted
-in the failure rates), ``not reached`` (finished without reaching the BLEU target) or ``missing`` (not
-trained or scored that far yet). A split is observed only at the budgets its scored epochs
-(``eval.splits.{split}.epochs``) allow: ``scored_budgets``.
+A seed's outcome at a budget is ``ok``, ``diverged`` or ``stopped`` (left out of the fits, counted in the
+failure rates), ``not reached`` (finished without reaching the BLEU target) or ``missing`` (not
+trained or scored that far yet). A finished seed's fate at an epoch budget (``seed_fates``) is judged against
+what trains: it did not train when its BLEU or validation NLL is far from the best run's at the same epoch
+(``failure_rule``); it stays in the fits (a failed cell is a result of the design) and counts as failed in the
+failure rates. A split is observed only at the budgets its scored epochs (``eval.splits.{split}.epochs``) allow:
+``scored_budgets``.
 """
 
 from __future__ import annotations
@@ -139,11 +142,30 @@ def observations(epochs: pd.DataFrame, budget_list: Iterable[Budget], split: str
     return pd.DataFrame(rows, columns=OBS_COLUMNS)
 
 
-def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float, float]:
-    """(mean, standard deviation, t-interval low, high) of ``values``; no spread or interval (NaN) from
-    fewer than two."""
+# A BLEU is bounded by [0, 100]: its interval is a t interval of logit((BLEU + 0.5) / 101) over seeds,
+# transformed back and clipped to the bounds (the 0.5 keeps a seed at 0 BLEU finite, as an empirical logit).
+BLEU_BOUNDS = (0.0, 100.0)
+_LOGIT_OFFSET = 0.5
+
+
+def is_bleu(metric: str) -> bool:
+    """A BLEU column (tokenized or sacreBLEU), bounded by [0, 100]."""
+    return metric.endswith("bleu_tok") or metric.endswith("sacrebleu")
+
+
+def t_quantile(df: float, level: float = LEVEL) -> float:
+    """The two-sided ``level`` quantile of Student's t with ``df`` degrees of freedom (NaN without any)."""
     from scipy import stats
 
+    return float(stats.t.ppf(0.5 + level / 2, df)) if df > 0 and math.isfinite(df) else math.nan
+
+
+def mean_interval(values: Sequence[float], level: float = LEVEL,
+                  bounds: tuple[float, float] | None = None, clip: bool = False) -> tuple[float, float, float, float]:
+    """(mean, standard deviation, t-interval low, high) of ``values``; no spread or interval (NaN) from
+    fewer than two. With ``bounds`` (a BLEU's [0, 100]) the interval is the t interval of the empirical
+    logit over the values, transformed back: it lies inside the bounds (the mean and the standard deviation
+    stay those of the values); with ``clip`` too, the plain t interval cut at the bounds."""
     v = np.asarray(values, dtype=float)
     if len(v) == 0:
         return (math.nan,) * 4
@@ -151,22 +173,46 @@ def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float,
     if len(v) < 2:
         return mean, math.nan, math.nan, math.nan
     sd = float(v.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + level / 2, len(v) - 1)) * sd / math.sqrt(len(v))
-    return mean, sd, mean - half, mean + half
+    q = t_quantile(len(v) - 1, level)
+    if bounds is None or clip:
+        half = q * sd / math.sqrt(len(v))
+        if bounds is None:
+            return mean, sd, mean - half, mean + half
+        return mean, sd, max(bounds[0], mean - half), min(bounds[1], mean + half)
+    lo_b, hi_b = bounds
+    width = hi_b - lo_b + 2 * _LOGIT_OFFSET
+    p = (np.clip(v, lo_b, hi_b) - lo_b + _LOGIT_OFFSET) / width
+    z = np.log(p / (1 - p))
+    centre, half = float(z.mean()), q * float(z.std(ddof=1)) / math.sqrt(len(v))
+
+    def back(x: float) -> float:
+        return float(min(hi_b, max(lo_b, lo_b - _LOGIT_OFFSET + width / (1 + math.exp(-x)))))
+
+    return mean, sd, back(centre - half), back(centre + half)
 
 
-def cell_table(obs: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
+def interval_rule(settings: ReportSettings) -> str:
+    """The cells' interval rule in words (printed where the cells are shown)."""
+    if settings.bleu_interval == "logit":
+        return ("95% t interval over seeds; for BLEU (bounded by 0 and 100) the t interval of "
+                f"logit((BLEU + {_LOGIT_OFFSET:g}) / {100 + 2 * _LOGIT_OFFSET:g}) transformed back, so it stays "
+                "inside [0, 100] (analysis.report.bleu_interval: logit)")
+    return ("95% t interval over seeds; for BLEU cut at 0 and 100 (analysis.report.bleu_interval: t)")
+
+
+def cell_table(obs: pd.DataFrame, runs: Sequence[str], bleu_interval: str = "logit") -> pd.DataFrame:
     """Per (budget, metric, run): finished seeds ``n``, their mean, standard deviation and 95% t interval (a
-    cell with fewer than two finished seeds gets none), ``n_left_out`` (diverged, stopped or never reaching
-    the target) and ``n_missing``."""
+    cell with fewer than two finished seeds gets none; a BLEU's on the logit scale, or with ``bleu_interval``
+    "t" cut at 0 and 100), ``n_left_out`` (diverged, stopped or never reaching the target) and ``n_missing``."""
     cols = ["budget", "metric", "run", "n", "mean", "std", "ci_low", "ci_high", "n_left_out", "n_missing"]
     groups = dict(list(obs.groupby(["budget", "metric", "run"], sort=False)))
     rows = []
     for budget, metric in dict.fromkeys(zip(obs["budget"], obs["metric"])):  # budgets, then metrics, as observed
+        bounds = BLEU_BOUNDS if is_bleu(metric) else None
         for run in (r for r in runs if (budget, metric, r) in groups):
             g = groups[(budget, metric, run)]
             ok = g[g["outcome"] == OK]["value"].dropna()
-            mean, sd, lo, hi = mean_interval(ok.tolist())
+            mean, sd, lo, hi = mean_interval(ok.tolist(), bounds=bounds, clip=bleu_interval != "logit")
             rows.append({"budget": budget, "metric": metric, "run": run, "n": len(ok), "mean": mean, "std": sd,
                          "ci_low": lo, "ci_high": hi,
                          "n_left_out": int(g["outcome"].isin([*FAILED, NOT_REACHED]).sum()),
@@ -174,22 +220,74 @@ def cell_table(obs: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def failure_table(epochs: pd.DataFrame, runs: Sequence[str], n_epochs: int, split: str, floor: float) -> pd.DataFrame:
-    """Per run, each seed's fate at the last epoch: diverged, stopped, finished below the BLEU ``floor``
-    (all three count as failed), finished, or not there yet; ``failure_rate`` = failed / seeds with a fate."""
-    bleu = f"{split}_bleu_tok"
-    last = epochs[epochs["epoch"] == n_epochs]
+TRAINED, DID_NOT_TRAIN = "trained", "did not train"
+FATE_COLUMNS = ["budget", "epoch", "run", "seed", "status", "nll", "bleu", "best_nll_run", "best_nll",
+                "best_bleu_run", "best_bleu", "nll_ratio", "bleu_fraction", "fate"]
+
+
+def failure_rule(settings: ReportSettings) -> str:
+    """The failure rule in words (printed where the failures are shown)."""
+    return (f"a seed diverged when its training loss became non-finite (or exceeded the configured bound); a "
+            f"finished seed did not train when, at the budget, its tokenized BLEU is below "
+            f"{settings.failure_bleu_fraction:g} x the best run's seed-mean BLEU there "
+            f"(analysis.report.failure_bleu_fraction) or its validation NLL (bits, without label smoothing) is "
+            f"above {settings.failure_nll_ratio:g} x the best run's seed-mean NLL there "
+            f"(analysis.report.failure_nll_ratio); the best run: the selected run with the highest seed-mean BLEU "
+            f"(for BLEU) or the lowest seed-mean NLL (for NLL) at the same epoch, over its finished seeds")
+
+
+def seed_fates(epochs: pd.DataFrame, runs: Sequence[str], at: Sequence[tuple[str, int]], split: str,
+               settings: ReportSettings) -> pd.DataFrame:
+    """tables/seed_fates.csv: per epoch budget of ``at`` (label, epoch), run and seed: its status, NLL and BLEU
+    on ``split``, the best run's seed means at that epoch, the ratios, and its ``fate`` (diverged, stopped,
+    ``did not train``, ``trained``, or ``missing``) by ``failure_rule``."""
+    nll_col, bleu_col = f"{split}_nll_base2", f"{split}_bleu_tok"
+    rows = []
+    for label, epoch in at:
+        e = epochs[(epochs["epoch"] == epoch) & epochs["run"].isin(runs)]
+        ok = e[e["status"] == OK]
+        means = ok.groupby("run")[[nll_col, bleu_col]].mean()
+        best_nll_run = means[nll_col].idxmin() if means[nll_col].notna().any() else ""
+        best_bleu_run = means[bleu_col].idxmax() if means[bleu_col].notna().any() else ""
+        best_nll = float(means.loc[best_nll_run, nll_col]) if best_nll_run else math.nan
+        best_bleu = float(means.loc[best_bleu_run, bleu_col]) if best_bleu_run else math.nan
+        for r in e.sort_values(["run", "seed"], key=lambda c: c.map({x: i for i, x in enumerate(runs)})
+                               if c.name == "run" else c).itertuples():
+            nll, bleu = float(getattr(r, nll_col)), float(getattr(r, bleu_col))
+            ratio = nll / best_nll if best_nll else math.nan
+            frac = bleu / best_bleu if best_bleu else math.nan
+            if r.status in FAILED:
+                fate = r.status
+            elif r.status != OK:
+                fate = MISSING
+            elif frac < settings.failure_bleu_fraction or ratio > settings.failure_nll_ratio:
+                fate = DID_NOT_TRAIN
+            else:
+                fate = TRAINED
+            rows.append({"budget": label, "epoch": epoch, "run": r.run, "seed": r.seed, "status": r.status,
+                         "nll": nll, "bleu": bleu, "best_nll_run": best_nll_run, "best_nll": best_nll,
+                         "best_bleu_run": best_bleu_run, "best_bleu": best_bleu, "nll_ratio": ratio,
+                         "bleu_fraction": frac, "fate": fate})
+    return pd.DataFrame(rows, columns=FATE_COLUMNS)
+
+
+def failure_table(fates: pd.DataFrame, runs: Sequence[str], budget: str) -> pd.DataFrame:
+    """tables/failures.csv: per run, its seeds' fates at ``budget`` (seed_fates): diverged, stopped, did not
+    train (all three count as failed), trained, or not there yet; ``failure_rate`` = failed / seeds with a
+    fate."""
+    at = fates[fates["budget"] == budget]
     rows = []
     for run in runs:
-        g = last[last["run"] == run]
-        ok = g[g["status"] == OK]
-        n_div, n_stop = int((g["status"] == DIVERGED).sum()), int((g["status"] == STOPPED).sum())
-        n_low = int((ok[bleu] < floor).sum())
-        n_failed, n_fate = n_div + n_stop + n_low, n_div + n_stop + len(ok)
-        rows.append({"run": run, "n_seeds": len(g), "n_diverged": n_div, "n_stopped": n_stop,
-                     "n_below_floor": n_low, "n_failed": n_failed, "n_unfinished": len(g) - n_fate,
+        g = at[at["run"] == run]
+        n = {k: int((g["fate"] == k).sum()) for k in (DIVERGED, STOPPED, DID_NOT_TRAIN, TRAINED)}
+        n_failed = n[DIVERGED] + n[STOPPED] + n[DID_NOT_TRAIN]
+        n_fate = n_failed + n[TRAINED]
+        rows.append({"run": run, "budget": budget, "n_seeds": len(g), "n_diverged": n[DIVERGED],
+                     "n_stopped": n[STOPPED], "n_did_not_train": n[DID_NOT_TRAIN], "n_failed": n_failed,
+                     "n_trained": n[TRAINED], "n_unfinished": len(g) - n_fate,
                      "failure_rate": n_failed / n_fate if n_fate else math.nan})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["run", "budget", "n_seeds", "n_diverged", "n_stopped", "n_did_not_train",
+                                       "n_failed", "n_trained", "n_unfinished", "failure_rate"])
 
 
 def _spread(values: pd.Series) -> str:
@@ -221,4 +319,5 @@ def budget_table(prog: pd.DataFrame, budget_list: Iterable[Budget], runs: Sequen
 
 
 __all__ = ["Budget", "budgets", "scored_budgets", "observations", "cell_table", "failure_table", "budget_table",
-           "mean_interval", "best_bleu", "epoch_at", "three_quarters", "metric_columns"]
+           "mean_interval", "best_bleu", "epoch_at", "three_quarters", "metric_columns", "seed_fates", "failure_rule",
+           "interval_rule", "is_bleu", "t_quantile"]

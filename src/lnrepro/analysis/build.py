@@ -47,10 +47,11 @@ class ReportData:
         a, s = self.agg, self.study
         return {
             "epochs": a.epochs, "run_epochs": a.run_epochs, "divergence": a.divergence, "wallclock": a.wallclock,
-            "milestones": a.milestones, "plateau": a.plateau, "train_curves": a.curves,
+            "milestones": a.milestones, "convergence": a.convergence, "train_curves": a.curves,
             "grad_norms_early": a.layers_early, "grad_norms_by_epoch": a.layers_by_epoch,
             "scores_long": s.scores_long, "runs": s.run_facts, "budgets": s.budget_table, "cells": s.cells,
-            "failures": s.failures, "effects": s.effects, "claims": s.claims, "tuned_grids": s.tuned_grids,
+            "failures": s.failures, "seed_fates": s.seed_fates, "effects": s.effects,
+            "effects_by_epoch": s.effects_by_epoch, "claims": s.claims, "tuned_grids": s.tuned_grids,
             "tuned": s.tuned,
             # the same rows as confounds.md, for readers of CSV (the README's generated results read figure4's)
             "confounds": self.confounds_table,

@@ -119,8 +119,8 @@ def series_order(gi: pd.DataFrame) -> list[str]:
 
 def layer_table(gi: pd.DataFrame, depth: int) -> pd.DataFrame:
     """tables/gradinit_summary.csv: at ``depth`` layers, each weight matrix's expected gradient averaged over
-    seeds: one column per series, the first variant's ratio to each other one at init ("Post-LN/Pre-LN"), and
-    the largest seed-mean noise of the row's values (a difference below it is not a result)."""
+    seeds (layers numbered from 1): one column per series, the first variant's ratio to each other one at init
+    ("Post-LN/Pre-LN"), and the largest seed-mean noise of the row's values (a difference below it is not a result)."""
     keys = ["stack", "layer", "sublayer", "param"]
     g = gi[(gi["statistic"] == "expected_grad_fro") & (gi["depth"] == depth)]
     g = g.assign(series=[series_label(n, c) for n, c in zip(g["norm"], g["checkpoint"])])
@@ -133,6 +133,7 @@ def layer_table(gi: pd.DataFrame, depth: int) -> pd.DataFrame:
         piv[f"{inits[0]}/{other}"] = piv[inits[0]] / piv[other].where(piv[other] != 0)
     piv["noise (max)"] = means["noise"].unstack("series").max(axis=1)
     piv = piv.reset_index()
+    piv["layer"] = piv["layer"] + 1  # numbered from 1 (the bottom layer), as every table and figure of the report
     piv.columns.name = None
     order = {"enc": 0, "dec": 1}
     return piv.sort_values(keys, key=lambda s: s.map(order) if s.name == "stack" else s)

@@ -58,12 +58,13 @@ def _save(fig: plt.Figure, path: Path) -> Path:
 
 
 def run_styles(runs: list[str], experiment: Experiment | None = None) -> dict[str, dict[str, Any]]:
-    """Colour per run (by order) and line style per norm position (the run's resolved model.norm)."""
-    cmap = plt.get_cmap("tab10")
+    """Colour per run (by order: tab10, tab20 beyond ten runs, so no two runs share one) and line style per norm
+    position (the run's resolved model.norm)."""
+    cmap = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20")  # a colour of its own for up to 20 runs
     styles = {}
     for i, run in enumerate(runs):
         norm = experiment.runs[run].model.norm if experiment is not None else None
-        styles[run] = {"color": cmap(i % 10), "linestyle": norm_style(norm)["linestyle"]}
+        styles[run] = {"color": cmap(i % cmap.N), "linestyle": norm_style(norm)["linestyle"]}
     return styles
 
 
@@ -175,29 +176,44 @@ def plot_figure4_time(run_epochs: pd.DataFrame, runs: list[str], split: str, out
     return _save(fig, out)
 
 
-def plot_learning_rates(lrs: pd.DataFrame, out: Path, *, styles: dict[str, dict[str, Any]] | None = None) -> Path:
-    """The learning rate of every update of every run and seed (``lrs``: run, seed, update, lr, from train.jsonl),
-    on a linear and on a log scale (where warm-up's lr 0 of the first update is not drawn)."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), layout="constrained")
+def _schedule_panel(experiment: Experiment | None, run: str) -> str:
+    """A run's schedule as a panel title: "warm-up, isqrt decay" (the run's name without an experiment)."""
+    if experiment is None or run not in experiment.runs:
+        return "all runs"
+    s = experiment.runs[run].schedule
+    return f"{'warm-up' if s.warmup else 'no warm-up'}, {s.decay} decay"
+
+
+def plot_learning_rates(lrs: pd.DataFrame, out: Path, *, styles: dict[str, dict[str, Any]] | None = None,
+                        experiment: Experiment | None = None) -> Path:
+    """The learning rate of every update of every run and seed (``lrs``: run, seed, update, lr, from
+    train.jsonl), faceted by schedule (warm-up x decay, from ``experiment``; one panel without it), each run in
+    its own colour and its norm's line style, labelled once, on a log scale (warm-up's lr 0 of the first update
+    is not drawn)."""
     runs = list(dict.fromkeys(lrs["run"]))
     styles = styles or run_styles(runs)
-    for ax, log in zip(axes, (False, True)):
-        labelled: set[str] = set()
-        for (run, _), g in lrs.groupby(["run", "seed"], sort=False):
-            ax.plot(g["update"], g["lr"], linewidth=1.2, label="_nolegend_" if run in labelled else run,
-                    **styles.get(run, {}))
-            labelled.add(run)
+    panels = list(dict.fromkeys(_schedule_panel(experiment, r) for r in runs)) or ["no runs"]
+    ncol = min(2, len(panels))
+    nrow = math.ceil(len(panels) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(6 * ncol, 3.4 * nrow + 0.8), layout="constrained", squeeze=False,
+                             sharex=True)
+    for ax, panel in zip(axes.flat, panels):
+        for run in [r for r in runs if _schedule_panel(experiment, r) == panel]:
+            for i, (_, g) in enumerate(lrs[lrs["run"] == run].groupby("seed", sort=False)):
+                g = g[g["lr"] > 0]
+                ax.plot(g["update"], g["lr"], linewidth=1.4, label=run if i == 0 else "_nolegend_",
+                        **styles.get(run, {}))
         if lrs.empty:
             _empty(ax, "no learning rates logged (train.jsonl's lrs)")
-        elif log:
-            ax.set_yscale("log")
         else:
-            ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+            ax.set_yscale("log")
+        ax.set_title(panel, fontsize=9)
         ax.set_xlabel("update (optimizer step)")
-        ax.set_ylabel("learning rate (Adam step size)")
-        ax.set_title("log scale" if log else "linear scale", fontsize=9)
-        ax.grid(alpha=0.3, which="both" if log else "major")
-    _figure_legend(fig, axes[0], ncol=3)
+        ax.set_ylabel("learning rate (log scale)")
+        ax.grid(alpha=0.3, which="both")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_axis_off()
+    _figure_legend(fig, axes, ncol=2)
     return _save(fig, out)
 
 
@@ -287,6 +303,51 @@ def plot_effects(effects: pd.DataFrame, budget: str, split: str, out: Path) -> P
     return _save(fig, out)
 
 
+_SIMPLE_STYLES = [("tab:blue", "--"), ("tab:orange", ":"), ("tab:green", "-."), ("tab:purple", (0, (5, 1, 1, 1)))]
+
+
+def plot_effects_by_epoch(by_epoch: pd.DataFrame, split: str, out: Path) -> Path:
+    """effects_by_epoch.csv drawn: one row per metric (validation loss, BLEU), one column per factor with its
+    main effect (black, solid) and its simple effects (a colour and line style each), and one column of the
+    interactions; each line with its 95% band, at every scored epoch."""
+    metrics = [(f"{split}_{m}", label, unit) for m, label, unit in _metrics(split)]
+    cols = [*LEVEL_WORDS, "interactions"]
+    fig, axes = plt.subplots(len(metrics), len(cols), figsize=(4.2 * len(cols), 3.4 * len(metrics) + 0.9),
+                             layout="constrained", squeeze=False, sharex=True)
+    for row, (metric, _, unit) in zip(axes, metrics):
+        m = by_epoch[by_epoch["metric"] == metric]
+        for ax, col in zip(row, cols):
+            if col == "interactions":
+                lines = [(t, _term_label(t)) for t in TERMS if ":" in t]
+            else:
+                lines = [(col, f"main: {_term_label(col)}")] + [
+                    (e, e) for e in dict.fromkeys(m.loc[(m["kind"] == "simple") & (m["factor"] == col), "effect"])]
+            for i, (effect, label) in enumerate(lines):
+                g = m[m["effect"] == effect].sort_values("epoch")
+                g = g[g["estimate"].notna()]
+                if col != "interactions" and i == 0:
+                    color, ls = "black", "-"
+                else:
+                    color, ls = _SIMPLE_STYLES[(i - (col != "interactions")) % len(_SIMPLE_STYLES)]
+                ax.plot(g["epoch"], g["estimate"], color=color, linestyle=ls, marker="o", markersize=3, label=label)
+                ax.fill_between(g["epoch"], g["ci_low"], g["ci_high"], color=color, alpha=0.12, linewidth=0)
+            ax.axhline(0, color="gray", linewidth=0.8)
+            if m.empty:
+                _empty(ax, "no factorial fit (cells not selected or not scored)")
+            ax.set_title(col if col == "interactions" else _TERM_WORDS[col], fontsize=9)
+            ax.set_ylabel(f"{'loss' if 'loss' in metric else 'BLEU'} effect ({unit})", fontsize=8)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("epoch")
+            ax.grid(alpha=0.3)
+            handles, labels = ax.get_legend_handles_labels()
+            if metric == metrics[-1][0] and handles:  # the legend below each column, outside the data
+                ax.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=1,
+                          frameon=False)
+    fig.suptitle("factorial effects at every scored epoch (2 beta, -1/+1 coding) with 95% bands; "
+                 "simple effects: the factor with another held at one level", fontsize=9)
+    return _save(fig, out)
+
+
 def plot_interaction(cells: pd.DataFrame, design: pd.DataFrame, budget: str, split: str, out: Path) -> Path:
     """Norm x warm-up at ``budget``: the cell means (95% t interval) with warm-up off and on, a line per norm
     position, one panel per decay and metric; non-parallel lines are the interaction."""
@@ -313,15 +374,15 @@ def plot_interaction(cells: pd.DataFrame, design: pd.DataFrame, budget: str, spl
     return _save(fig, out)
 
 
-def plot_failures(failures: pd.DataFrame, floor: float, out: Path) -> Path:
-    """Per run (cell), the share of its seeds with a fate at the last epoch that diverged, stopped, or finished
-    below the BLEU ``floor``, stacked, with the count failed / seeds with a fate."""
+def plot_failures(failures: pd.DataFrame, out: Path) -> Path:
+    """Per run (cell), the share of its seeds with a fate at the last epoch that diverged, stopped, or did not
+    train (budget.failure_rule), stacked, with the count failed / seeds with a fate."""
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.42 * max(len(failures), 1)), layout="constrained")
     fate = (failures["n_seeds"] - failures["n_unfinished"]).clip(lower=1)
     ys = np.arange(len(failures))
     left = np.zeros(len(failures))
     for col, label, color in (("n_diverged", "diverged", "tab:red"), ("n_stopped", "stopped (max_updates)", "tab:gray"),
-                              ("n_below_floor", f"below the BLEU floor ({floor:g})", "tab:orange")):
+                              ("n_did_not_train", "did not train (far from the best run)", "tab:orange")):
         share = 100 * failures[col].to_numpy(dtype=float) / fate.to_numpy(dtype=float)
         ax.barh(ys, share, left=left, color=color, label=label, height=0.6)
         left += share
@@ -350,8 +411,8 @@ def _layer_panels(df: pd.DataFrame) -> list[tuple[str, str]]:
 def plot_layer_grads(summary: pd.DataFrame, out: Path, *, value: str = "grad_norm_mean", group: str = "run",
                      title: str = "", styles: dict | None = None, logy: bool = True,
                      ylabel: str = "gradient norm") -> Path:
-    """Gradient norm by layer index, one panel per (stack, sublayer), one line per ``group`` value
-    (run for training logs, norm for gradinit), averaged over seeds (band: seed min/max)."""
+    """Gradient norm by layer (numbered from 1, as ``summary`` has them), one panel per (stack, sublayer), one
+    line per ``group`` value (run for training logs, norm for gradinit), averaged over seeds (band: seed min/max)."""
     df = summary[summary["layer"].notna()] if len(summary) else summary
     panels = _layer_panels(df) if len(df) else []
     if not panels:
@@ -379,8 +440,8 @@ def plot_layer_grads(summary: pd.DataFrame, out: Path, *, value: str = "grad_nor
             if q.empty:
                 continue
             st = styles.get(gv, {})
-            ax.plot(q.index.astype(int) + 1, q["mean"], marker="o", markersize=3, label=str(gv), **st)
-            ax.fill_between(q.index.astype(int) + 1, q["min"], q["max"], color=st.get("color"), alpha=0.15, linewidth=0)
+            ax.plot(q.index.astype(int), q["mean"], marker="o", markersize=3, label=str(gv), **st)
+            ax.fill_between(q.index.astype(int), q["min"], q["max"], color=st.get("color"), alpha=0.15, linewidth=0)
         ax.set_title(f"{'encoder' if stack == 'enc' else 'decoder' if stack == 'dec' else stack} {sub}", fontsize=9)
         ax.set_xlabel("layer (1 = bottom)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -399,7 +460,7 @@ def plot_layer_grads(summary: pd.DataFrame, out: Path, *, value: str = "grad_nor
 
 def plot_total_grad(curves: pd.DataFrame, max_update: int, out: Path, styles: dict | None = None) -> Path:
     """Total gradient norm per logged update (seed mean) over the early window, log scale."""
-    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
     c = curves[(curves["update"] <= max_update) & curves["grad_norm"].notna()] if len(curves) else curves
     styles = styles or run_styles(list(dict.fromkeys(c["run"])) if len(c) else [])
     if len(c):
@@ -407,7 +468,7 @@ def plot_total_grad(curves: pd.DataFrame, max_update: int, out: Path, styles: di
             m = g.groupby("update")["grad_norm"].mean()
             ax.plot(m.index, m.values, label=run, **styles.get(run, {}))
         ax.set_yscale("log")
-        ax.legend(fontsize=7)
+        fig.legend(loc="outside right upper", fontsize=7)  # outside the axes: the curves stay visible
     else:
         ax.text(0.5, 0.5, "no gradient norms logged", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("update")
@@ -432,7 +493,7 @@ def plot_gradinit(gradinit: pd.DataFrame, out: Path, depth: int | None = None) -
     g = gradinit[(gradinit["statistic"] == "expected_grad_fro") & (gradinit["sublayer"] == "ffn")
                  & (gradinit["depth"] == depth)]
     widths = set(g.loc[g["checkpoint"] == "init", "d_model"])  # a checkpoint of another width says so
-    g = g.assign(sublayer=g["param"].map({"fc1": "W1 (fc1)", "fc2": "W2 (fc2)"}),
+    g = g.assign(sublayer=g["param"].map({"fc1": "W1 (fc1)", "fc2": "W2 (fc2)"}), layer=g["layer"] + 1,  # 1-based
                  series=[series_label(n, c) + ("" if w in widths else f" (d_model {w})")
                          for n, c, w in zip(g["norm"], g["checkpoint"], g["d_model"])])
     return plot_layer_grads(g, out, value="value", group="series", styles=_series_styles(g),
@@ -488,11 +549,12 @@ def make_figures(data: ReportData, fig_dir: Path) -> dict[str, Path]:
                                 note=data.marks_note, styles=styles),
         "figure4_time": plot_figure4_time(agg.run_epochs, pair, split, fig_dir / FIGURES["figure4_time"],
                                           styles=styles),
-        "lr": plot_learning_rates(agg.lrs, fig_dir / FIGURES["lr"], styles=styles),
+        "lr": plot_learning_rates(agg.lrs, fig_dir / FIGURES["lr"], styles=styles, experiment=experiment),
         "cells": plot_cells(s.observations, s.cells, s.design, s.last, split, fig_dir / FIGURES["cells"]),
         "effects": plot_effects(s.effects, s.last, split, fig_dir / FIGURES["effects"]),
         "interaction": plot_interaction(s.cells, s.design, s.last, split, fig_dir / FIGURES["interaction"]),
-        "failures": plot_failures(s.failures, s.settings.bleu_floor, fig_dir / FIGURES["failures"]),
+        "effects_by_epoch": plot_effects_by_epoch(s.effects_by_epoch, split, fig_dir / FIGURES["effects_by_epoch"]),
+        "failures": plot_failures(s.failures, fig_dir / FIGURES["failures"]),
         "grad_layers": plot_layer_grads(agg.layers_early, fig_dir / FIGURES["grad_layers"], styles=styles,
                                         title=f"mean gradient norm per layer over the first {agg.early_updates} updates"),
         "grad_total": plot_total_grad(agg.curves, agg.early_updates, fig_dir / FIGURES["grad_total"], styles=styles),

@@ -85,8 +85,30 @@ def figure4_section(report: Path) -> list[str]:
             + _md(header, rows) + ["", plateau_sentence(report, runs)])
 
 
+def convergence_sentence(report: Path, runs: list[str]) -> str:
+    """Whether each Figure 4 run had stopped improving: its validation NLL's slope at the end (convergence.csv)."""
+    conv = _table(report, "convergence").set_index("run")
+    parts = []
+    for run in runs:
+        if run not in conv.index or pd.isna(conv.loc[run, "slope"]):
+            parts.append(f"{run}: fewer scored epochs than the window")
+            continue
+        r = conv.loc[run]
+        cut = f"; learning rate {r['lr_cut']}" if isinstance(r["lr_cut"], str) and r["lr_cut"] else ""
+        parts.append(f"{run} {_num(r['nll_first'])} to {_num(r['nll_last'])} bits over epochs {r['epochs']}, "
+                     f"{_num(100 * float(r['rel_slope']), 2)}% an epoch (95% interval "
+                     f"{_num(100 * float(r['rel_low']), 2)} to {_num(100 * float(r['rel_high']), 2)}){cut}: "
+                     f"{r['label']}")
+    tol = float(conv["tolerance"].dropna().iloc[0]) if conv["tolerance"].notna().any() else math.nan
+    return (f"Validation NLL at the end (converged: the per-epoch slope's 95% interval within ±{_num(100 * tol, 1)}% "
+            "an epoch; after a step decay's cut, annealed): " + "; ".join(parts) + ".")
+
+
 def plateau_sentence(report: Path, runs: list[str]) -> str:
-    """Whether each Figure 4 run had stopped improving: its last three epochs' spread (plateau.csv)."""
+    """Whether each Figure 4 run had stopped improving: the convergence table's slope, or in a report written
+    before it (plateau.csv) its last three epochs' spread."""
+    if (report / "tables" / "convergence.csv").is_file():
+        return convergence_sentence(report, runs)
     plateau = _table(report, "plateau").set_index("run")
     parts = []
     for run in runs:
@@ -123,10 +145,12 @@ def effects_section(report: Path) -> list[str]:
 
 def divergence_section(report: Path) -> list[str]:
     fail = _table(report, "failures")
-    rows = [[r["run"], f"{int(r['n_diverged'])} of {int(r['n_seeds'])}", str(int(r["n_below_floor"]))]
+    new = "n_did_not_train" in fail.columns  # a report before issue 22 counted a BLEU floor instead
+    col, head = (("n_did_not_train", "did not train (far from the best run's BLEU or NLL)") if new
+                 else ("n_below_floor", "finished below the BLEU floor"))
+    rows = [[r["run"], f"{int(r['n_diverged'])} of {int(r['n_seeds'])}", str(int(r[col]))]
             for _, r in fail.iterrows()]
-    return ["**Divergence and failure per run** (at the last epoch):", ""] + _md(
-        ["run", "diverged", "finished below the BLEU floor"], rows)
+    return ["**Divergence and failure per run** (at the last epoch):", ""] + _md(["run", "diverged", head], rows)
 
 
 def tuned_section(report: Path) -> list[str]:

@@ -30,6 +30,7 @@ from ..config.settings import Experiment
 from ..io import atomic_directory, atomic_write_csv, atomic_write_text, where_ran
 from ..norms import NORMS
 from ..paper import DEVIATIONS
+from . import findings as fi
 from . import views as vw
 from .build import ReportData, build
 from .claims import STATUSES, fmt
@@ -54,13 +55,14 @@ def _text_columns(df: pd.DataFrame) -> list[int]:
 
 
 def table(df: pd.DataFrame, table_id: str) -> Markup:
-    """A table as HTML (pandas escapes every cell; NaN shown as an em dash; text columns left-aligned)."""
+    """A table as HTML (pandas escapes every cell; NaN shown as an em dash; text columns left-aligned), inside a
+    box that scrolls sideways when the table is wider than the page (the page's text keeps its width)."""
     if df.empty:
         return Markup("<p><em>No data yet.</em></p>")
     left = ",".join(f"#{table_id} td:nth-child({i}),#{table_id} th:nth-child({i})" for i in _text_columns(df))
     style = Markup("<style>{}{{text-align:left}}</style>\n").format(Markup(left)) if left else Markup("")
-    return style + Markup(df.to_html(index=False, table_id=table_id, na_rep="—", escape=True, border=0,
-                                     float_format=lambda v: f"{v:.4g}"))
+    return style + Markup('<div class="scroll">{}</div>').format(Markup(df.to_html(
+        index=False, table_id=table_id, na_rep="—", escape=True, border=0, float_format=lambda v: f"{v:.4g}")))
 
 
 def _distinct(values: pd.Series) -> str:
@@ -92,7 +94,7 @@ class Page:
 
 
 def _findings(page: Page) -> dict[str, Any]:
-    return {"findings": page.data.study.findings}
+    return {"groups": fi.findings(page.data)}
 
 
 def _what_was_run(page: Page) -> dict[str, Any]:
@@ -125,7 +127,8 @@ def _figure4(page: Page) -> dict[str, Any]:
     return {"pair": " vs ".join(d.figure4_runs) or "not configured or not selected", "split": split,
             "figure4": page.figure("figure4", "Figure 4: validation loss and BLEU per epoch"),
             "figure4_time": page.figure("figure4_time", "Figure 4's curves against updates and training wall-clock"),
-            "per_epoch": tables, "plateau": d.agg.plateau, "milestones": d.agg.milestones}
+            "per_epoch": tables, "convergence": vw.convergence_view(d.agg.convergence),
+            "convergence_rule": fi.rules(d)["convergence"], "milestones": d.agg.milestones}
 
 
 def _effects(page: Page) -> dict[str, Any]:
@@ -133,12 +136,15 @@ def _effects(page: Page) -> dict[str, Any]:
     return {"s": s, "target_fraction": f"{s.settings.target_fraction:.0%}", "target": fmt(s.target_bleu),
             "design": s.design.rename(columns={f: f"{f} (-1 {lo}, +1 {hi})" for f, (lo, hi) in LEVEL_WORDS.items()}),
             "cells": vw.cells_view(s.cells, page.experiment.select), "effects": vw.effects_view(s.effects),
-            "floor": fmt(s.settings.bleu_floor),
+            "rules": fi.rules(page.data), "fates": vw.fates_view(s.seed_fates, s.last),
+            "by_epoch": [{"metric": m, "table": vw.effects_by_epoch_view(s.effects_by_epoch, m)}
+                         for m in dict.fromkeys(s.effects_by_epoch["metric"])],
+            "by_epoch_figure": page.figure("effects_by_epoch", "factorial effects at every scored epoch, 95% bands"),
             "cells_figure": page.figure("cells", f"every cell at {s.last}: seeds as points, mean and 95% interval"),
             "effects_figure": page.figure("effects", f"main effects and interactions at {s.last}, 95% intervals"),
             "interaction_figure": page.figure("interaction", f"norm x warm-up interaction at {s.last}"),
             "failures_figure": page.figure("failures",
-                                           "share of seeds diverged, stopped or below the BLEU floor, per cell")}
+                                           "share of seeds diverged, stopped or that did not train, per cell")}
 
 
 def _tuned(page: Page) -> dict[str, Any]:
@@ -222,7 +228,7 @@ def _gradinit(page: Page) -> dict[str, Any]:
 def _assumptions(page: Page) -> dict[str, Any]:
     e = page.experiment
     return {"unstated": pd.DataFrame(unstated_rows(e)), "config": config_deviations(e) + recipe_notes(e),
-            "implementation": DEVIATIONS}
+            "implementation": vw.implementation_notes(e, DEVIATIONS)}
 
 
 def _where(page: Page) -> dict[str, Any]:
@@ -240,7 +246,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[Page], dict[str, Any]]], ...] = (
     ("findings", "Findings", _findings),
     ("run", "What was run", _what_was_run),
     ("figure4", "Figure 4 reproduction", _figure4),
-    ("effects", "Effects at the fixed budget", _effects),
+    ("effects", "Effects at fixed budgets and at every epoch", _effects),
     ("tuned", "Tuned baselines", _tuned),
     ("claims", "Claims", _claims),
     ("confounds", "Confounds", _confounds),

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..config.settings import Comparison, Experiment, ReportSettings
-from ..paper import published
 from . import aggregate as ag
 from . import budget as bu
 from . import claims as cl
@@ -38,28 +37,20 @@ class Study:
     design_notes: list[str]
     fits: dict[tuple[str, str], ef.Fit]
     effects: pd.DataFrame
+    epoch_fits: dict[tuple[str, int], ef.Fit]  # (metric, epoch) -> the fit at every scored epoch
+    effects_by_epoch: pd.DataFrame
+    seed_fates: pd.DataFrame  # each seed's fate at the epoch budgets (budget.seed_fates)
     grids: dict[str, pd.DataFrame]  # grid name -> its table
     best: dict[str, str]  # grid name -> its selected run
     tuned: pd.DataFrame
     tuned_comparisons: dict[str, Comparison]  # for the confound analysis
     claims: pd.DataFrame
-    findings: list[str]
 
     @property
     def tuned_grids(self) -> pd.DataFrame:
         """Every grid's table, one after the other, each row naming its grid."""
         grids = [g.assign(grid=name) for name, g in self.grids.items()]
         return pd.concat(grids, ignore_index=True) if grids else pd.DataFrame(columns=["grid", "run"])
-
-
-def _findings(claims: pd.DataFrame, fits: dict[tuple[str, str], ef.Fit], split: str, last: str) -> list[str]:
-    """One sentence per claim, then Figure 4's difference split into the factors, per metric."""
-    fig = published()["figure4"]
-    out = [cl.claim_sentence(row) for row in claims.to_dict("records")]
-    for metric in bu.metric_columns(split):
-        f = fits.get((metric, last))
-        out.append(cl.attribution_sentence(ef.attribute(f, fig["low"], fig["high"]) if f else None, metric, last))
-    return out
 
 
 def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | None = None,
@@ -78,9 +69,12 @@ def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | No
     other = pd.concat([bu.observations(epochs, bu.scored_budgets(at_epochs, scored[sp], experiment.epochs), sp,
                                        target, experiment.epochs)
                        for sp in experiment.eval.splits if sp != split] or [obs.iloc[0:0]], ignore_index=True)
-    cells = bu.cell_table(pd.concat([obs, other], ignore_index=True), experiment.select)
+    cells = bu.cell_table(pd.concat([obs, other], ignore_index=True), experiment.select, settings.bleu_interval)
     design, design_notes = ef.design(experiment)
-    fits = ef.fits(obs, design)
+    fits = ef.fits(obs, design, settings.covariance)
+    epoch_fits = ef.epoch_fits(epochs, design, split, scored[split], settings.covariance)
+    fates = bu.seed_fates(epochs, experiment.select, [(b.label, b.epoch) for b in budget_list if b.epoch], split,
+                          settings)
     grid_runs = {name: g.runs for name, g in experiment.grids.items()}
     loss, bleu = bu.metric_columns(split)
     best = tu.best_of(cells, grid_runs, last, loss)
@@ -93,11 +87,11 @@ def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | No
         run_facts=tb.run_facts(experiment, agg.execution, agg.wallclock),
         budget_table=bu.budget_table(prog, budget_list, design["run"].tolist()),
         observations=obs, other_observations=other, cells=cells,
-        failures=bu.failure_table(epochs, experiment.select, experiment.epochs, split, settings.bleu_floor),
+        failures=bu.failure_table(fates, experiment.select, last),
         design=design, design_notes=design_notes, fits=fits, effects=ef.effects_table(fits),
+        epoch_fits=epoch_fits, effects_by_epoch=ef.effects_by_epoch(epoch_fits), seed_fates=fates,
         grids={name: tu.grid_table(cells, experiment, g.runs, list(g.values), last, [loss, bleu, *test_metrics],
                                    best.get(name)) for name, g in experiment.grids.items()},
         best=best, tuned=tu.tuned_table(other, pairs, best, last, test_metrics),
         tuned_comparisons=tu.tuned_comparisons(experiment, pairs, best), claims=claims,
-        findings=_findings(claims, fits, split, last),
     )

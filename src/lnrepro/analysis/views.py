@@ -109,10 +109,79 @@ def effects_view(effects: pd.DataFrame) -> pd.DataFrame:
         first = g.iloc[0]
         rows.append({"metric": metric, "budget": budget,
                      **{r.effect: interval_cell(r.estimate, r.ci_low, r.ci_high) for r in g.itertuples()},
-                     "n_seeds": first["n_seeds"], "n_left_out": first["n_left_out"],
+                     "df": _df_range(g["df"]), "n_seeds": first["n_seeds"], "n_left_out": first["n_left_out"],
                      "n_missing": first["n_missing"], "note": g.loc[g["estimate"].notna(), "note"].iloc[0]
                      if g["estimate"].notna().any() else first["note"]})
     return pd.DataFrame(rows)
+
+
+def _df_range(df: pd.Series) -> str:
+    """The degrees of freedom of a set of intervals: one number or "min–max" (one decimal), "—" without any."""
+    v = df.dropna()
+    if v.empty:
+        return "—"
+    lo, hi = f"{v.min():.1f}", f"{v.max():.1f}"
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def effects_by_epoch_view(by_epoch: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """tables/effects_by_epoch.csv on the page, one metric: a row per epoch, a column per effect (each main
+    effect followed by its simple effects, then the interactions), estimate [95% interval]."""
+    m = by_epoch[by_epoch["metric"] == metric]
+    if m.empty:
+        return pd.DataFrame()
+    order = []
+    for f in FACTOR_KEYS:
+        order.append(f)
+        order += list(dict.fromkeys(m.loc[(m["kind"] == "simple") & (m["factor"] == f), "effect"]))
+    order += [e for e in dict.fromkeys(m["effect"]) if e not in order]
+    text = m.assign(cell=[interval_cell(r.estimate, r.ci_low, r.ci_high) for r in m.itertuples()])
+    piv = text.pivot(index="epoch", columns="effect", values="cell")
+    piv = piv[[c for c in order if c in piv.columns]]
+    piv.columns.name = None
+    out = piv.reset_index()
+    out["df"] = [_df_range(m.loc[m["epoch"] == ep, "df"]) for ep in out["epoch"]]
+    return out
+
+
+def convergence_view(conv: pd.DataFrame) -> pd.DataFrame:
+    """tables/convergence.csv on the page: the slope in bits an epoch and relative, each with its interval."""
+    if conv.empty:
+        return conv
+    rows = []
+    for r in conv.itertuples():
+        rows.append({"run": r.run, "epochs": r.epochs if isinstance(r.epochs, str) else "—",
+                     "seeds": r.n_seeds, "NLL first → last": "—" if pd.isna(r.nll_first) else
+                     f"{fmt(r.nll_first)} → {fmt(r.nll_last)}",
+                     "slope (bits/epoch)": interval_cell(r.slope, r.slope_low, r.slope_high),
+                     "relative slope (%/epoch)": interval_cell(100 * r.rel_slope, 100 * r.rel_low, 100 * r.rel_high),
+                     "learning rate cut": r.lr_cut or "—", "label": r.label or "fewer scored epochs than the window"})
+    return pd.DataFrame(rows)
+
+
+def fates_view(fates: pd.DataFrame, budget: str) -> pd.DataFrame:
+    """tables/seed_fates.csv on the page at ``budget``: each seed's BLEU and NLL against the best run's, its fate."""
+    f = fates[fates["budget"] == budget]
+    if f.empty:
+        return f
+    return pd.DataFrame({"run": f["run"], "seed": f["seed"], "BLEU": f["bleu"],
+                         "BLEU / best": f["bleu_fraction"], "NLL (bits)": f["nll"], "NLL / best": f["nll_ratio"],
+                         "fate": f["fate"]})
+
+
+def implementation_notes(experiment: Experiment, notes: Sequence[str]) -> list[str]:
+    """The implementation's deviations (paper.DEVIATIONS), with the schedule's reading followed by what this
+    config does (its step-decay runs' decay epochs and factor), so that no preset number comes from the paper."""
+    steps = {(tuple(s.decay_epochs or ()), s.decay_factor) for s in
+             (experiment.runs[r].schedule for r in experiment.select) if s.decay == "step"}
+    out = []
+    for note in notes:
+        if "epoch 8" in note and "schedule" in note:
+            here = "; ".join(f"x{f:g} at the first update of epoch {', '.join(map(str, e))}" for e, f in sorted(steps))
+            note += (f" This config's step-decay runs: {here} (schedule.decay_epochs, schedule.decay_factor)."
+                     if here else " This config selects no step-decay run.")
+        out.append(note)
+    return out
 
 
 def cells_view(cells: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:

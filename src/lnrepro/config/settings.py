@@ -361,7 +361,17 @@ class ReportSettings(Section):
 
     budget_epoch: int | None = None  # the earlier budget; None: three quarters of the training (15 of 20)
     target_fraction: float = 0.95  # updates-to-target: the first epoch at this fraction of the best BLEU
-    bleu_floor: float = 1.0  # a finished seed whose last-epoch BLEU is below this counts as failed
+    # --- the report's statistical rules (issue 22; each printed where the report uses it)
+    # a finished seed "did not train" at an epoch budget when its BLEU is below this fraction of the best run's
+    # seed-mean BLEU there, or its validation NLL above this multiple of the best run's seed-mean NLL there
+    failure_bleu_fraction: float = 0.5
+    failure_nll_ratio: float = 1.5
+    # the factorial fit's covariance: "cell" (each cell's own seed variance, HC2 = Welch, Welch-Satterthwaite
+    # degrees of freedom), "hc3" (HC3, the same degrees of freedom) or "pooled" (OLS, one residual variance)
+    covariance: str = "cell"
+    bleu_interval: str = "logit"  # a BLEU mean's interval: "logit" (t on logit(BLEU/100), inside [0, 100]) or "t"
+    convergence_window: int = 4  # the last scored epochs whose validation-NLL slope is tested
+    convergence_tolerance: float = 0.005  # converged: the slope's 95% interval within +-this fraction an epoch
 
 
 @dataclass(frozen=True)
