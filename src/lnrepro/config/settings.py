@@ -362,6 +362,12 @@ class ReportSettings(Section):
     budget_epoch: int | None = None  # the earlier budget; None: three quarters of the training (15 of 20)
     target_fraction: float = 0.95  # updates-to-target: the first epoch at this fraction of the best BLEU
     bleu_floor: float = 1.0  # a finished seed whose last-epoch BLEU is below this counts as failed
+    # The Answer section (lnrepro.analysis.answer): time to quality and the end point.
+    quality_fractions: tuple[float, ...] = (0.5, 0.75, 0.9)  # targets: these fractions of the lower arm's final quality
+    useful_fraction: float = 0.5  # a lower arm below this fraction of the higher arm's final quality has failed
+    slope_window: int = 3  # the last scored epochs the end-point slope is fitted over
+    slope_tolerance: float = 0.005  # "converged": the slope's 95% interval within +- this fraction per epoch
+    sign_horizon: int = 5  # the final gap could change sign: smaller than this many epochs of either arm's slope
 
 
 @dataclass(frozen=True)
