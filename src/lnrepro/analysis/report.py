@@ -97,7 +97,7 @@ def _answer(page: Page) -> dict[str, Any]:
     a = d.answer
     return {"sentences": an.sentences(a, page.experiment, d.agg.split), "pair": a.pair,
             "pairs": an.pairs_view(a, page.experiment), "settings": a.settings,
-            "figure": page.figure("answer", "Figure 4's gap at every epoch, split one factor at a time; time to "
+            "answer_figure": page.figure("answer", "Figure 4's gap at every epoch, split one factor at a time; time to "
                                             "quality of the pair"),
             "endpoint": an.endpoint_view(a), "tolerance": f"{a.settings.slope_tolerance:.1%}",
             "middle": f"{an.middle_fraction(a.settings):.0%}",
