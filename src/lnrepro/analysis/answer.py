@@ -48,7 +48,7 @@ FACTORS = tuple(FACTOR_KEYS)  # norm, warmup, decay
 MEASURES = ("epochs", "updates", "train_wall_s")  # what a time to quality is counted in
 _X = {"epochs": "epoch", "updates": "updates", "train_wall_s": "train_wall_s"}  # their epoch-table columns
 METRICS = ("bleu_tok", "loss_base2")
-TTQ_COLUMNS = ["pair", "factor", "metric", "fraction", "target", "arm", "run", "status", "n_seeds", "n_reached",
+TTQ_COLUMNS = ["pair", "factor", "metric", "fraction", "target", "target_of", "arm", "run", "status", "n_seeds", "n_reached",
                "censored", "best", *(f"{m}{s}" for m in MEASURES for s in ("", "_low", "_high"))]
 DECOMPOSITION_COLUMNS = ["epoch", "metric", "path", "step", "factor", "from_run", "to_run", "change", "ci_low",
                          "ci_high", "seeds"]
@@ -259,7 +259,7 @@ def _time_rows(epochs: pd.DataFrame, pair: Pair, metric: str, last: int, setting
                ) -> list[dict[str, Any]]:
     bleu = metric.endswith("bleu_tok")
     rows = []
-    tg, _ = targets(epochs, pair, metric, last, settings)
+    tg, of = targets(epochs, pair, metric, last, settings)
     curves = {r: _seed_curves(epochs, r, metric) for r in (pair.from_run, pair.to_run)}
     factor = ", ".join(pair.factors)
     for fraction, target in tg:
@@ -275,7 +275,7 @@ def _time_rows(epochs: pd.DataFrame, pair: Pair, metric: str, last: int, setting
             best = float(best_by_epoch.max() if bleu else best_by_epoch.min()) if len(best_by_epoch) else math.nan
             ok = len(reached) == n_all and n_all > 0
             row = {"pair": pair.name, "factor": factor, "metric": metric, "fraction": fraction, "target": target,
-                   "arm": arm, "run": run, "status": REACHED if ok else NOT_REACHED, "n_seeds": n_all,
+                   "target_of": of, "arm": arm, "run": run, "status": REACHED if ok else NOT_REACHED, "n_seeds": n_all,
                    "n_reached": len(reached), "censored": any(c for s, (_, c) in hits.items() if s in reached),
                    "best": best}
             for m in MEASURES:
@@ -286,7 +286,7 @@ def _time_rows(epochs: pd.DataFrame, pair: Pair, metric: str, last: int, setting
         both = all(r["status"] == REACHED for r in arms)
         common = sorted(set(per[pair.from_run]) & set(per[pair.to_run])) if both else []
         ratio = {"pair": pair.name, "factor": factor, "metric": metric, "fraction": fraction, "target": target,
-                 "arm": "ratio", "run": f"{pair.to_run} / {pair.from_run}", "status": REACHED if both else NOT_REACHED,
+                 "target_of": of, "arm": "ratio", "run": f"{pair.to_run} / {pair.from_run}", "status": REACHED if both else NOT_REACHED,
                  "n_seeds": len(common), "n_reached": len(common), "censored": arms[0]["censored"] or arms[1]["censored"],
                  "best": math.nan}
         for m in MEASURES:
@@ -518,8 +518,10 @@ def _speed_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
         return f"The Figure 4 pair has no scored {_metric_words(metric)} to time yet."
     fr, to, ratio = rows.loc["from"], rows.loc["to"], rows.loc["ratio"]
     bleu = metric.endswith("bleu_tok")
-    what = (f"{frac:.0%} of the lower arm's final {_metric_words(metric)} ({_f(ratio['target'])} BLEU)" if bleu else
-            f"{frac:.0%} of the lower arm's drop in {_metric_words(metric)} below the pair's first checkpoint "
+    of = ratio["target_of"] if ratio["target_of"] == "lower" else \
+        f"higher (the lower arm ends below {a.settings.useful_fraction:.0%} of it: failed)"
+    what = (f"{frac:.0%} of the {of} arm's final {_metric_words(metric)} ({_f(ratio['target'])} BLEU)" if bleu else
+            f"{frac:.0%} of the {of} arm's drop in {_metric_words(metric)} below the pair's first checkpoint "
             f"({_f(ratio['target'])} bits)")
     head = f"To reach {what}, {arm_text(experiment, p.to_run)} {_arm_time(to)}; " \
            f"{arm_text(experiment, p.from_run)} {_arm_time(fr)}"
@@ -536,6 +538,12 @@ def _verdict(a: Answer, experiment: Experiment, metric: str) -> str:
     t = _ttq(a, FIGURE4, metric)
     r = t[(t["fraction"] == _middle(a.settings.quality_fractions)) & (t["arm"] == "ratio")]
     pre, post = (level_text("norm", experiment.runs[x].model.norm) for x in (a.pair.to_run, a.pair.from_run))
+    arms = t[t["fraction"] == _middle(a.settings.quality_fractions)].set_index("arm")
+    if len(arms) and arms.loc["from", "status"] != arms.loc["to", "status"]:
+        fails = "to" if arms.loc["to", "status"] != REACHED else "from"
+        run, other = arms.loc[fails, "run"], arms.loc["from" if fails == "to" else "to", "run"]
+        return (f"{'No' if fails == 'to' else 'Yes'}: in this experiment {run} does not reach, with every seed, "
+                f"the {_metric_words(metric)} {other} reaches (best seed-mean {_f(arms.loc[fails, 'best'])}).")
     if r.empty or r.iloc[0]["status"] != REACHED or not math.isfinite(r.iloc[0]["epochs_high"]):
         return (f"Whether {pre} without warm-up trains faster than {post} with warm-up cannot be read from these "
                 "runs: an arm does not reach the targets, or there is no interval.")
