@@ -70,7 +70,7 @@ def test_published_numbers_have_sources_and_known_measures():
     assert len(ids) == len(set(ids)) and all(c["source"] and c["claim"] for c in data["claims"])
     assert {c["kind"] for c in data["claims"]} <= {"absolute", "relative", "directional", "reference"}
     assert cl.STATUSES == ("reproduced", "not reproduced", "inconclusive", "not measured at this scale",
-                           "not measured")
+                           "not measured", "reference, not compared")
     by_id = {c["id"]: c for c in data["claims"]}
     assert (by_id["theorem1_postln_exponent"]["competing"], by_id["theorem1_preln_exponent"]["competing"]) == (-0.5, 0)
     assert by_id["figure4_epoch_ratio"]["published"] == 0.6
@@ -104,13 +104,20 @@ EXPONENT = {"kind": "relative", "published": 0, "competing": -0.5}
     ({"kind": "directional", "side": 1}, cl.Measured(-5.0, -9.0, -1.0, 3), "not reproduced"),
     ({"kind": "directional", "side": 1}, cl.Measured(1.0, -1.0, 3.0, 3), "inconclusive"),
     ({"kind": "directional", "side": -1}, cl.Measured(-5.0, -9.0, -1.0, 3), "reproduced"),
-    ({"kind": "reference", "published": "35.64"}, cl.Measured(35.6, 35.0, 36.0, 3), "not measured"),
+    ({"kind": "reference", "published": "35.64"}, cl.Measured(35.6, 35.0, 36.0, 3), "reference, not compared"),
     # a reference with its setup's settings: judged as an absolute number on a run that has them
     (LIU, cl.Measured(35.6, 35.0, 36.0, 5), "reproduced"),
     (LIU, cl.Measured(34.0, 33.5, 34.5, 5), "not reproduced"),
     (LIU, cl.Measured(35.6, n_seeds=1), "inconclusive"),
-    (LIU, cl.Measured(35.6, 35.0, 36.0, 5, meets_setup=False), "not measured"),
+    (LIU, cl.Measured(35.6, 35.0, 36.0, 5, meets_setup=False), "reference, not compared"),
     (LIU, cl.Measured(35.6, 35.0, 36.0, 5, scale="multi30k", at_scale=False), "not measured at this scale"),
+    # a measure in steps of 1/8 cannot resolve +-0.0333 (issue 22), nor one that bounds the value from one side
+    ({"kind": "relative", "published": 0.6, "tolerance": 0.0333}, cl.Measured(0.5, 0.5, 0.5, 3, resolution=0.125),
+     "inconclusive"),
+    ({"kind": "relative", "published": 0.6, "tolerance": 0.0333}, cl.Measured(0.6, 0.59, 0.61, 3, unresolved="x"),
+     "inconclusive"),
+    ({"kind": "relative", "published": 0.6, "tolerance": 0.0333}, cl.Measured(0.6, 0.59, 0.61, 3, resolution=0.05),
+     "reproduced"),
 ])
 def test_status(claim, measured, expected):
     assert cl.status(claim, measured) == expected
@@ -137,13 +144,14 @@ def test_claims_table_at_paper_scale(claims):
     for cid in ("theorem1_postln_exponent", "theorem1_preln_exponent", "figure3_postln_last_layer"):
         assert claims.loc[cid, "status"] == "not measured" and math.isnan(claims.loc[cid, "measured"])
     liu = claims.loc["liu2020_postln_test_bleu"]
-    assert liu["status"] == "not measured" and "RAdam" in liu["note"] and liu["published"] == "35.64 ± 0.23"
+    assert liu["status"] == "reference, not compared" and "RAdam" in liu["note"] and liu["published"] == "35.64 ± 0.23"
     assert "settings differ: optim.name 'adamw' (claim: 'radam'); optim.lr_max 0.0005 (claim: 0.0007)" in liu["note"]
     assert liu["scale"].startswith("iwslt14, 6+6 layers, d_model 512")  # measured beside it, on the cell's run
     admin = claims.loc["liu2020_admin_test_bleu"]
-    assert (admin["status"], admin["published"]) == ("not measured", "35.67 ± 0.15")
+    assert (admin["status"], admin["published"]) == ("not measured", "35.67 ± 0.15")  # not run
     assert "not run: no selected run is Admin, warm-up, isqrt decay" in admin["note"]
     assert claims.loc["liu2020_preln_test_bleu", "published"] == "35.50 ± 0.04"
+    assert liu["direction"] == "" and "reproduced in direction" in ratio["direction"]
 
 
 LIU_RUN = {"model": {"norm": "post", "dropout": 0.3, "attention_dropout": 0.1, "activation_dropout": 0.1,
@@ -178,7 +186,7 @@ def test_liu2020_is_judged_on_a_run_with_their_setup():
     assert (post["status"], post["measured"], post["n_seeds"]) == ("reproduced", pytest.approx(35.6), 5)
     assert post["measured_as"] == "postln_liu, test_bleu_tok at epoch 90" and "settings differ" not in post["note"]
     assert "not run: no selected run is Pre-LN, warm-up, isqrt decay" in t.loc["liu2020_preln_test_bleu", "note"]
-    assert t.loc["liu2020_admin_test_bleu", "status"] == "not measured"
+    assert t.loc["liu2020_admin_test_bleu", "status"] == "not measured"  # not run
     low = cl.claims_table(liu_evidence(liu_experiment(postln_liu=LIU_RUN), 34.0)).set_index("id")
     assert low.loc["liu2020_postln_test_bleu", "status"] == "not reproduced"
     # one setting off (Adam's rate): measured beside it, not compared
@@ -186,7 +194,7 @@ def test_liu2020_is_judged_on_a_run_with_their_setup():
     m = cl.measure(by_id["liu2020_postln_test_bleu"], liu_evidence(liu_experiment(postln_off=off), 35.6))
     assert (m.value, m.meets_setup) == (35.6, False)
     assert m.note == "settings differ: optim.lr_max 0.0005 (claim: 0.0007)"
-    assert cl.status(by_id["liu2020_postln_test_bleu"], m) == "not measured"
+    assert cl.status(by_id["liu2020_postln_test_bleu"], m) == "reference, not compared"
 
 
 def test_one_seed_is_inconclusive():
@@ -268,3 +276,44 @@ def test_gradinit_claims_without_the_stage_are_not_measured():
     for c in cl.published()["claims"]:
         if c["measure"]["kind"].startswith("gradinit"):
             assert cl.status(c, cl.measure(c, ev)) == cl.NOT_MEASURED
+
+
+RATIO = {"kind": "relative", "published": 0.6, "tolerance": 0.0333,
+         "direction": {"than": 1.0, "side": -1, "words": "fewer epochs"}}
+
+
+@pytest.mark.parametrize("measured, expected", [
+    (cl.Measured(0.43, 0.37, 0.48, 3), "reproduced in direction (fewer epochs), stronger than published"),
+    (cl.Measured(0.8, 0.7, 0.9, 3), "reproduced in direction (fewer epochs), weaker than published"),
+    (cl.Measured(0.6, 0.55, 0.65, 3), "reproduced in direction (fewer epochs), as strong as published"),
+    (cl.Measured(0.9, 0.7, 1.1, 3), "direction not resolved: the interval includes 1 (fewer epochs)"),
+    (cl.Measured(1.2, 1.1, 1.3, 3), "against the published direction (fewer epochs)"),
+    (cl.Measured(0.5, math.nan, math.nan, 1), "no interval: direction not resolved (fewer epochs)"),
+    (cl.Measured(), ""),
+])
+def test_directional_reading(measured, expected):
+    assert cl.direction_text(RATIO, measured) == expected
+    assert cl.direction_text({"kind": "absolute", "published": 34}, measured) == ""  # no direction stated
+
+
+def test_epoch_ratio_is_interpolated_between_checkpoints():
+    """Pre-LN reaches Post-LN's epoch-15 BLEU (25.5) halfway between its checkpoints 8 and 9: 8.5 / 15, which
+    whole checkpoints (9 / 15) cannot show; the note keeps the whole-checkpoint ratio."""
+    epochs = paper_epochs()
+    pre = epochs["run"] == "preln_nowarmup_step8"
+    epochs.loc[pre, "valid_bleu_tok"] = [3.0 * ep + OFFSETS[s]  # 24 at epoch 8, 27 at epoch 9
+                                         for ep, s in zip(epochs.loc[pre, "epoch"], epochs.loc[pre, "seed"])]
+    row = cl.claims_table(evidence(epochs)).set_index("id").loc["figure4_epoch_ratio"]
+    assert row["measured"] == pytest.approx(8.5 / 15)
+    assert "interpolated" in row["measured_as"] and "at whole checkpoints 0.6" in row["note"]
+    assert row["status"] == "not reproduced"  # 0.567 is outside 0.6 +- 0.0333
+    assert row["direction"].startswith("reproduced in direction") and "stronger than published" in row["direction"]
+
+
+def test_epoch_ratio_reached_by_the_first_checkpoint_is_inconclusive():
+    epochs = paper_epochs()
+    pre = epochs["run"] == "preln_nowarmup_step8"
+    epochs.loc[pre, "valid_bleu_tok"] = 30.0 + epochs.loc[pre, "epoch"]  # above 25.5 from epoch 1 on
+    row = cl.claims_table(evidence(epochs)).set_index("id").loc["figure4_epoch_ratio"]
+    assert row["measured"] == pytest.approx(1 / 15)
+    assert row["status"] == "inconclusive" and "first scored checkpoint: the ratio is an upper bound" in row["note"]

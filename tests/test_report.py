@@ -288,8 +288,10 @@ def _section(text: str, anchor: str) -> str:
 def test_findings_open_the_page_and_come_from_the_tables(report):
     exp_dir, _, index, p = report
     text = index.read_text()
-    assert re.findall(r'<h2 id="([a-z0-9]+)">', text)[:7] == [
-        "findings", "run", "figure4", "effects", "tuned", "claims", "confounds"]
+    assert re.findall(r'<h2 id="([a-z0-9]+)">', text)[:8] == [
+        "answer", "findings", "run", "figure4", "effects", "tuned", "claims", "confounds"]
+    # the Answer comes before the table of contents: the first screen answers (issue 22)
+    assert text.index('<h2 id="answer">') < text.index('<a href="#answer">') < text.index('<h2 id="findings">')
     assert '<h2 id="deviations">' not in text and '<h2 id="assumptions">' in text
     claims = pd.read_csv(exp_dir / "report" / "tables" / "claims.csv")
     section = _section(text, "findings")

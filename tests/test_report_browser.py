@@ -38,6 +38,10 @@ addEventListener("load", () => {
   out.id = "lnrepro-probe";
   out.textContent = JSON.stringify({
     images: [...document.images].map(i => ({src: i.getAttribute("src"), ok: i.complete && i.naturalWidth > 0})),
+    // the page's landmarks in document order: the title, the section headings, the figures, the table of contents
+    order: [...document.querySelectorAll("h1, h2, img, a[href='#answer']")].map(e =>
+      e.tagName === "IMG" ? "img " + e.getAttribute("src") : e.tagName === "A" ? "contents" : e.tagName.toLowerCase()
+      + (e.id ? "#" + e.id : "")),
     errors: lnreproErrors});
   document.body.append(out);
 });
@@ -112,6 +116,9 @@ def test_report_opens_in_chromium_with_every_image(chromium: str, demo_run: Demo
     assert sorted(i["src"] for i in probe["images"]) == sorted(f"figures/{f}" for f in FIGURES.values())
     assert [i["src"] for i in probe["images"] if not i["ok"]] == []
     assert probe["errors"] == []
+    # the first screen answers (issue 22): right after the title, the Answer section and its figure, then the
+    # table of contents and the other sections
+    assert probe["order"][:5] == ["h1", "h2#answer", f"img figures/{FIGURES['answer']}", "contents", "h2#findings"]
     console = [line for line in proc.stderr.splitlines() if re.search(r":CONSOLE[:(]", line)]
     assert console == [], "\n".join(console)
 

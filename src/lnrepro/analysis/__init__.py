@@ -28,4 +28,5 @@ FIGURES = {
     "grad_total": "grad_norm_total_early.png",
     "gradinit": "gradinit_by_layer.png",
     "gradinit_depth": "gradinit_last_layer_vs_depth.png",
+    "answer": "answer_time_and_decomposition.png",
 }

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from . import aggregate as ag
+from . import answer as an
 from . import claims as cl
 from . import study as st
 from .confounds import analyze_confounds, confounds_rows
@@ -41,6 +42,7 @@ class ReportData:
     figure4_runs: list[str]  # the comparisons.figure4 pair (selected runs)
     marks: list[cl.PaperMark]  # the paper's Figure 4 points for them
     marks_note: str  # why there are none
+    answer: an.Answer  # the Answer section's tables (answer.answer)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The one list of the report's CSV files: name -> table (report/tables/{name}.csv)."""
@@ -56,6 +58,7 @@ class ReportData:
             # the same rows as confounds.md, for readers of CSV (the README's generated results read figure4's)
             "confounds": self.confounds_table,
             **self.gradinit_tables,
+            **self.answer.tables(),
         }
 
 
@@ -75,4 +78,4 @@ def build(results: Results, experiment: Experiment) -> ReportData:
         experiment=experiment, agg=agg, study=study, gradinit=gi, gradinit_fit=fit,
         gradinit_missing=results.gradinit_missing, gradinit_depth=depth, gradinit_tables=gradinit_tables,
         confounds=confounds, confounds_table=pd.DataFrame(confounds_rows(confounds)),
-        figure4_runs=pair, marks=marks, marks_note=note)
+        figure4_runs=pair, marks=marks, marks_note=note, answer=an.answer(experiment, agg.epochs, agg.split))

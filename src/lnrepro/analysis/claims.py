@@ -12,10 +12,21 @@ The published numbers live in ``published.yaml`` beside this module, each with i
   excludes the competing prediction where there is one, or, for a directional claim, excludes zero on the
   claimed side;
 - not reproduced: the interval excludes the published value, or lies on the other side of zero;
-- inconclusive: otherwise, and always when there is no interval (one seed).
+- inconclusive: otherwise, and always when there is no interval (one seed), or when the measurement cannot
+  resolve the claim's tolerance (``Measured.unresolved`` says why: a step of the measure coarser than the
+  tolerance's width, a crossing at the first scored checkpoint, which bounds the value from one side only);
+- reference, not compared: another paper's number (kind ``reference``) where no run has every setting of its
+  setup (``measure.settings``), shown beside ours with the settings that differ; on a run that has them it is
+  judged as an absolute number.
 
-Another paper's number (kind ``reference``) is judged as an absolute one, on a run that has every setting of
-its setup (``measure.settings``); without those settings it is never compared.
+Where the paper states a direction (``direction: {than, side, words}`` in published.yaml: the epoch ratio below
+1, Pre-LN's exponent below 0), the ``direction`` column adds the directional reading: reproduced in direction
+(the interval lies on the claimed side of ``than``) and stronger, weaker or as strong as published (the interval
+beyond, short of, or overlapping the published value's tolerance), or against the published direction.
+
+The epoch-ratio claim is measured on interpolated epochs (``lnrepro.analysis.answer.crossing``: each seed's
+BLEU interpolated linearly between its scored checkpoints), because whole epochs move the ratio in steps of
+1/k, coarser than the claim's tolerance; the whole-checkpoint ratio stays in the note.
 """
 
 from __future__ import annotations
@@ -36,9 +47,10 @@ from .tables import grid_of
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 NOT_AT_SCALE, NOT_MEASURED = "not measured at this scale", "not measured"
-STATUSES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_AT_SCALE, NOT_MEASURED)
+REFERENCE = "reference, not compared"
+STATUSES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_AT_SCALE, NOT_MEASURED, REFERENCE)
 CLAIM_COLUMNS = ["id", "claim", "source", "kind", "published", "measured", "ci_low", "ci_high", "n_seeds",
-                 "measured_as", "scale", "status", "note"]
+                 "measured_as", "scale", "status", "direction", "note"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,9 @@ class Measured:
     at_scale: bool = True  # the paper's dataset and model size
     meets_setup: bool = True  # the run has every setting the claim names
     note: str = ""
+    resolution: float = 0.0  # the measure's step (0: continuous); coarser than the tolerance's width: unresolved
+    unresolved: str = ""  # why the measurement cannot resolve the claim (the status is then inconclusive)
+    run: str = ""  # the run measured, where there is one
 
 
 @dataclass(frozen=True)
@@ -140,15 +155,16 @@ def _measure_cell(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     notes = [] if meeting else [f"settings differ: {'; '.join(_differences(ev.experiment, run, settings))}"]
     unscored = _unscored(ev, m["split"], ev.experiment.epochs)
     if unscored:
-        return Measured(scale=scale, at_scale=at_scale, note="; ".join([*notes, unscored]))
+        return Measured(scale=scale, at_scale=at_scale, note="; ".join([*notes, unscored]), run=run)
     row = _cell_value(ev, run, metric)
     if row is None or row["n"] == 0:
         left = f"{int(row['n_left_out'])} failed, {int(row['n_missing'])} missing" if row is not None else "not scored"
-        return Measured(scale=scale, at_scale=at_scale, note="; ".join([*notes, f"{run}: no finished seed ({left})"]))
+        return Measured(scale=scale, at_scale=at_scale, note="; ".join([*notes, f"{run}: no finished seed ({left})"]),
+                        run=run)
     if row["n_left_out"]:
         notes.append(f"{int(row['n_left_out'])} seed(s) diverged or stopped, left out")
     return Measured(row["mean"], row["ci_low"], row["ci_high"], int(row["n"]), f"{run}, {metric} at {ev.last}",
-                    scale, at_scale, bool(meeting), "; ".join(notes))
+                    scale, at_scale, bool(meeting), "; ".join(notes), run=run)
 
 
 def _first_epoch(g: pd.DataFrame, col: str, target: float) -> float:
@@ -157,8 +173,12 @@ def _first_epoch(g: pd.DataFrame, col: str, target: float) -> float:
 
 
 def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
-    """Per seed trained in both cells: the first epoch the fast cell's BLEU reaches the slow cell's BLEU at
-    ``at`` of its training, over that epoch (the paper's 9/15); mean and t interval over the seeds."""
+    """Per seed trained in both cells: the epoch at which the fast cell's BLEU reaches the slow cell's BLEU at
+    ``at`` of its training, interpolated linearly between the fast seed's scored checkpoints
+    (``answer.crossing``), over that epoch (the paper's 9/15); mean and t interval over the seeds. A crossing at
+    the fast seed's first scored checkpoint bounds the ratio from above only: unresolved (inconclusive)."""
+    from .answer import crossing
+
     fast, slow = (cell_runs(ev.experiment, m[k]) for k in ("fast", "slow"))
     if not fast or not slow:
         return Measured(note=f"needs a selected run for {_levels(m['fast'])} and for {_levels(m['slow'])}")
@@ -170,25 +190,41 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
         return Measured(scale=scale, at_scale=at_scale, note=unscored)
     col = f"{m['split']}_bleu_tok"
     e = ev.epochs
-    ratios, left = [], 0
+    ratios, whole, left, censored = [], [], 0, []
     for seed in sorted(set(e.loc[e["run"] == fast_run, "seed"]) & set(e.loc[e["run"] == slow_run, "seed"])):
         ref = e[(e["run"] == slow_run) & (e["seed"] == seed) & (e["epoch"] == k) & (e["status"] == OK)]
-        first = _first_epoch(e[(e["run"] == fast_run) & (e["seed"] == seed)], col, ref[col].iloc[0]) \
-            if len(ref) else math.nan
-        if math.isnan(first):
+        g = e[(e["run"] == fast_run) & (e["seed"] == seed)]
+        curve = g[(g["status"] == OK) & g[col].notna()].sort_values("epoch")
+        if not len(ref) or curve.empty:
             left += 1
-        else:
-            ratios.append(first / k)
+            continue
+        target = float(ref[col].iloc[0])
+        cols = {"epoch": curve["epoch"], "updates": curve.get("updates", curve["epoch"]),
+                "train_wall_s": curve.get("train_wall_s", curve["epoch"]), col: curve[col]}
+        at, first = crossing(pd.DataFrame(cols), col, target, True)
+        if math.isnan(at["epochs"]):
+            left += 1
+            continue
+        ratios.append(at["epochs"] / k)
+        whole.append(_first_epoch(g, col, target) / k)
+        if first:
+            censored.append(seed)
     notes = [f"{left} seed(s) left out (not scored, failed, or never reaching the target)"] if left else []
     scored = ev.experiment.eval.splits[m["split"]].epochs
-    if len(scored) < ev.experiment.epochs:  # the first epoch at the target is the first scored one at it
-        notes.append(f"{m['split']} scored at epochs {', '.join(map(str, scored))} only")
-    note = "; ".join(notes)
+    if len(scored) < ev.experiment.epochs:
+        notes.append(f"{m['split']} scored at epochs {', '.join(map(str, scored))} only (interpolated between them)")
     if not ratios:
-        return Measured(scale=scale, at_scale=at_scale, note=note or "no seed trained in both cells")
+        return Measured(scale=scale, at_scale=at_scale, note="; ".join(notes) or "no seed trained in both cells")
+    w_mean, _, w_lo, w_hi = mean_interval(whole)
+    notes.append(f"at whole checkpoints {fmt(w_mean)}" + ("" if math.isnan(w_lo) else f" [{fmt(w_lo)}, {fmt(w_hi)}]")
+                 + f", in steps of 1/{k}")
+    unresolved = (f"seed(s) {', '.join(map(str, censored))} reach the target by the first scored checkpoint: the "
+                  "ratio is an upper bound") if censored else ""
     mean, _, lo, hi = mean_interval(ratios)
-    what = f"epochs {fast_run} needs to reach {slow_run}'s {col} at epoch {k}, over {k}"
-    return Measured(mean, lo, hi, len(ratios), what, scale, at_scale, True, note)
+    what = (f"epochs {fast_run} needs to reach {slow_run}'s {col} at epoch {k} (interpolated between "
+            f"checkpoints), over {k}")
+    return Measured(mean, lo, hi, len(ratios), what, scale, at_scale, True, "; ".join(notes),
+                    unresolved=unresolved, run=fast_run)
 
 
 def _measure_simple_effect(ev: Evidence, m: Mapping[str, Any]) -> Measured:
@@ -264,14 +300,14 @@ def status(claim: Mapping[str, Any], m: Measured) -> str:
     """The claim's status (see the module docstring); a reference is judged as an absolute number where a run
     has its setup (``measure.settings``), and never compared without one."""
     kind = claim["kind"]
-    if kind == "reference" and not claim.get("measure", {}).get("settings"):
-        return NOT_MEASURED
+    if kind == "reference" and (not claim.get("measure", {}).get("settings") or not m.meets_setup):
+        return REFERENCE
     # the scale first: the setup could not be the paper's
     if kind in ("absolute", "reference") and m.scale and not m.at_scale:
         return NOT_AT_SCALE
     if math.isnan(m.value) or not m.meets_setup:
         return NOT_MEASURED
-    if math.isnan(m.ci_low) or math.isnan(m.ci_high):
+    if math.isnan(m.ci_low) or math.isnan(m.ci_high) or unresolved(claim, m):
         return INCONCLUSIVE
     if kind == "directional":
         lo, hi = sorted((m.ci_low * claim["side"], m.ci_high * claim["side"]))
@@ -283,6 +319,35 @@ def status(claim: Mapping[str, Any], m: Measured) -> str:
     if competing is not None and m.ci_low <= float(competing) <= m.ci_high:
         return INCONCLUSIVE
     return REPRODUCED
+
+
+def unresolved(claim: Mapping[str, Any], m: Measured) -> str:
+    """Why the measurement cannot resolve the claim's tolerance ("" when it can): a step of the measure wider
+    than the tolerance's interval, or the measure's own reason (``Measured.unresolved``)."""
+    tol = float(claim.get("tolerance", 0.0) or 0.0)
+    if m.resolution and claim["kind"] in ("absolute", "relative") and m.resolution > 2 * tol:
+        return (f"the measure moves in steps of {fmt(m.resolution)}, coarser than the claim's ± {tol:g}: it cannot "
+                "resolve the published value")
+    return m.unresolved
+
+
+def direction_text(claim: Mapping[str, Any], m: Measured) -> str:
+    """The directional reading where the paper states a direction (``direction: {than, side, words}``), else ""."""
+    d = claim.get("direction")
+    if d is None or math.isnan(m.value):
+        return ""
+    than, side = float(d["than"]), int(d["side"])
+    if math.isnan(m.ci_low):
+        return f"no interval: direction not resolved ({d['words']})"
+    lo, hi = sorted(((m.ci_low - than) * side, (m.ci_high - than) * side))
+    if hi < 0:
+        return f"against the published direction ({d['words']})"
+    if lo <= 0:
+        return f"direction not resolved: the interval includes {than:g} ({d['words']})"
+    published_strength, tol = (float(claim["published"]) - than) * side, float(claim.get("tolerance", 0.0))
+    strength = ("stronger than published" if lo > published_strength + tol else
+                "weaker than published" if hi < published_strength - tol else "as strong as published")
+    return f"reproduced in direction ({d['words']}), {strength}"
 
 
 def _published_text(c: Mapping[str, Any]) -> str:
@@ -306,11 +371,13 @@ def claims_table(ev: Evidence) -> pd.DataFrame:
     rows = []
     for c in published()["claims"]:
         m = measure(c, ev)
-        note = "; ".join(x for x in (f"their setup: {c['setup']}" if "setup" in c else "", m.note) if x)
+        why = unresolved(c, m)
+        note = "; ".join(x for x in (f"their setup: {c['setup']}" if "setup" in c else "", m.note,
+                                     f"inconclusive: {why}" if why else "") if x)
         rows.append({"id": c["id"], "claim": c["claim"], "source": c["source"], "kind": c["kind"],
                      "published": _published_text(c), "measured": m.value, "ci_low": m.ci_low,
                      "ci_high": m.ci_high, "n_seeds": m.n_seeds, "measured_as": m.measured_as, "scale": m.scale,
-                     "status": status(c, m), "note": note})
+                     "status": status(c, m), "direction": direction_text(c, m), "note": note})
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
 

@@ -559,8 +559,99 @@ def make_figures(data: ReportData, fig_dir: Path) -> dict[str, Path]:
                                         title=f"mean gradient norm per layer over the first {agg.early_updates} updates"),
         "grad_total": plot_total_grad(agg.curves, agg.early_updates, fig_dir / FIGURES["grad_total"], styles=styles),
     }
+    out["answer"] = plot_answer(data, fig_dir / FIGURES["answer"], styles=styles)
     gi = data.gradinit
     if gi is not None and len(init_rows(gi)):
         out["gradinit"] = plot_gradinit(gi, fig_dir / FIGURES["gradinit"], data.gradinit_depth)
         out["gradinit_depth"] = plot_gradinit_depth(gi, data.gradinit_fit, fig_dir / FIGURES["gradinit_depth"])
     return out
+
+
+# --- the Answer section's figure (lnrepro.analysis.answer's tables)
+
+_FACTOR_COLORS = {"norm": "tab:purple", "warmup": "tab:orange", "decay": "tab:green"}
+
+
+def _time_panel(ax: plt.Axes, ttq: pd.DataFrame, metric: str, styles: dict[str, dict[str, Any]]) -> None:
+    """Epochs each arm of Figure 4's pair needs to reach each target: seed mean, 95% t interval; an arm that does
+    not reach a target is marked on the axis."""
+    t = ttq[(ttq["pair"] == "figure4") & (ttq["metric"] == metric) & (ttq["arm"] != "ratio")]
+    if t.empty:
+        _empty(ax, "no target every seed reaches")
+        return
+    fractions = sorted(t["fraction"].unique())
+    for k, (arm, g) in enumerate(t.groupby("arm", sort=False)):
+        run = g["run"].iloc[0]
+        st = styles.get(run, {})
+        g = g.set_index("fraction").loc[fractions]
+        xs = np.arange(len(fractions)) + (k - 0.5) * 0.2
+        ok = g["status"] == "reached"
+        err = np.array([g["epochs"] - g["epochs_low"], g["epochs_high"] - g["epochs"]])
+        ax.errorbar(xs[ok.to_numpy()], g["epochs"][ok], yerr=np.nan_to_num(err[:, ok.to_numpy()]), fmt="o",
+                    capsize=4, color=st.get("color"), label=run)
+        for x in xs[~ok.to_numpy()]:
+            ax.text(x, 0.03, "not\nreached", ha="center", fontsize=7, color=st.get("color"),
+                    transform=ax.get_xaxis_transform())
+    targets = t.drop_duplicates("fraction").set_index("fraction").loc[fractions, "target"]
+    unit = "BLEU" if metric.endswith("bleu_tok") else "bits"
+    ax.set_xticks(range(len(fractions)), [f"{f:.0%}\n({v:.3g} {unit})" for f, v in zip(fractions, targets)],
+                  fontsize=8)
+    ax.set_xlabel(f"target: fraction of the lower arm's final {'BLEU' if unit == 'BLEU' else 'loss drop'}")
+    ax.set_ylabel("epochs to the target (interpolated)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7)
+
+
+def _decomposition_panel(ax: plt.Axes, dec: pd.DataFrame, gap: pd.DataFrame, metric: str, path: str | None,
+                         words: dict[str, str]) -> None:
+    """One path's steps stacked per epoch (bars; positive up, negative down from 0) with Figure 4's gap (line,
+    95% Welch band)."""
+    d = dec[(dec["metric"] == metric) & (dec["path"] == path)]
+    g = gap[gap["metric"] == metric].sort_values("epoch")
+    if d.empty or g.empty:
+        _empty(ax, "no decomposition: a cell between Figure 4's arms is not selected or not scored")
+        return
+    epochs = sorted(d["epoch"].unique())
+    up, down = np.zeros(len(epochs)), np.zeros(len(epochs))
+    for factor in dict.fromkeys(d.sort_values("step")["factor"]):
+        v = d[d["factor"] == factor].set_index("epoch").loc[epochs, "change"].to_numpy(dtype=float)
+        v = np.nan_to_num(v)
+        base = np.where(v >= 0, up, down)
+        ax.bar(epochs, v, bottom=base, width=0.6, color=_FACTOR_COLORS.get(factor), alpha=0.75,
+               label=words.get(factor, factor))
+        up, down = up + np.clip(v, 0, None), down + np.clip(v, None, 0)
+    ax.plot(g["epoch"], g["change"], color="black", marker="o", markersize=3, label="Figure 4's gap (Pre-LN arm "
+            "minus Post-LN arm)")
+    ax.fill_between(g["epoch"], g["ci_low"], g["ci_high"], color="black", alpha=0.12, linewidth=0,
+                    label="its 95% Welch interval")
+    ax.axhline(0, color="gray", linewidth=0.8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("epoch (checkpoint)")
+    ax.set_ylabel(f"change in {'BLEU' if metric.endswith('bleu_tok') else 'loss (bits)'}")
+    ax.set_title(f"one factor at a time: {(path or '').replace('>', ', then ')}", fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7)
+
+
+def plot_answer(data: ReportData, out: Path, *, styles: dict[str, dict[str, Any]] | None = None) -> Path:
+    """The Answer section's figure: top, the epochs each arm of Figure 4's pair needs to reach each target
+    (validation BLEU left, loss right); bottom, Figure 4's gap at every epoch split along the main path, norm
+    first (stacked), with the gap itself and its interval."""
+    from .answer import main_path, step_text
+
+    a, split = data.answer, data.agg.split
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4), layout="constrained")
+    if a.pair is None:
+        for ax in axes.flat:
+            _empty(ax, a.note)
+        return _save(fig, out)
+    styles = styles or run_styles([a.pair.from_run, a.pair.to_run])
+    lo, hi = (data.experiment.runs[r].factors for r in (a.pair.from_run, a.pair.to_run))
+    words = {f: step_text(f, lo[f], hi[f]) for f in a.pair.factors}
+    for col, metric in enumerate((f"{split}_bleu_tok", f"{split}_loss_base2")):
+        _time_panel(axes[0][col], a.time_to_quality, metric, styles)
+        _decomposition_panel(axes[1][col], a.decomposition, a.gap, metric, main_path(a), words)
+    fig.suptitle(f"Answer: time to quality of {a.pair.to_run} and {a.pair.from_run} (top), and their gap split "
+                 "one factor at a time (bottom); 95% intervals over seeds", fontsize=9)
+    return _save(fig, out)

@@ -31,6 +31,7 @@ from ..io import atomic_directory, atomic_write_csv, atomic_write_text, where_ra
 from ..norms import NORMS
 from ..paper import DEVIATIONS
 from . import findings as fi
+from . import answer as an
 from . import views as vw
 from .build import ReportData, build
 from .claims import STATUSES, fmt
@@ -91,6 +92,18 @@ class Page:
 
 
 # --- each section's variables, in page order (SECTIONS below)
+
+
+def _answer(page: Page) -> dict[str, Any]:
+    d = page.data
+    a = d.answer
+    return {"sentences": an.sentences(a, page.experiment, d.agg.split), "pair": a.pair,
+            "pairs": an.pairs_view(a, page.experiment), "settings": a.settings,
+            "answer_figure": page.figure("answer", "Figure 4's gap at every epoch, split one factor at a time; time to "
+                                            "quality of the pair"),
+            "endpoint": an.endpoint_view(a), "tolerance": f"{a.settings.slope_tolerance:.1%}",
+            "middle": f"{an.middle_fraction(a.settings):.0%}",
+            "fractions": ", ".join(f"{f:.0%}" for f in a.settings.quality_fractions)}
 
 
 def _findings(page: Page) -> dict[str, Any]:
@@ -243,6 +256,7 @@ def _files(page: Page) -> dict[str, Any]:
 # (anchor, heading, the section's variables): the page's order and its table of contents; the section's
 # template is templates/sections/{anchor}.html.j2.
 SECTIONS: tuple[tuple[str, str, Callable[[Page], dict[str, Any]]], ...] = (
+    ("answer", "Answer", _answer),
     ("findings", "Findings", _findings),
     ("run", "What was run", _what_was_run),
     ("figure4", "Figure 4 reproduction", _figure4),
@@ -259,6 +273,10 @@ SECTIONS: tuple[tuple[str, str, Callable[[Page], dict[str, Any]]], ...] = (
 )
 
 
+# The sections shown before the table of contents: the first screen answers the question.
+LEAD = ("answer",)
+
+
 def _environment() -> jinja2.Environment:
     """The templates beside this module, HTML-escaped unless marked safe; an undefined variable is an error."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("lnrepro.analysis", "templates"), autoescape=True,
@@ -271,7 +289,7 @@ def _environment() -> jinja2.Environment:
 def render(page: Page) -> str:
     """index.html's text."""
     env = _environment()
-    sections = [{"anchor": anchor, "heading": heading, "body": Markup(
+    sections = [{"anchor": anchor, "heading": heading, "lead": anchor in LEAD, "body": Markup(
                     env.get_template(f"sections/{anchor}.html.j2").render(data=page.data, **variables(page)))}
                 for anchor, heading, variables in SECTIONS]
     return env.get_template("index.html.j2").render(

@@ -372,6 +372,12 @@ class ReportSettings(Section):
     bleu_interval: str = "logit"  # a BLEU mean's interval: "logit" (t on logit(BLEU/100), inside [0, 100]) or "t"
     convergence_window: int = 4  # the last scored epochs whose validation-NLL slope is tested
     convergence_tolerance: float = 0.005  # converged: the slope's 95% interval within +-this fraction an epoch
+    # The Answer section (lnrepro.analysis.answer): time to quality and the end point.
+    quality_fractions: tuple[float, ...] = (0.5, 0.75, 0.9)  # targets: these fractions of the lower arm's final quality
+    useful_fraction: float = 0.5  # a lower arm below this fraction of the higher arm's final quality has failed
+    slope_window: int = 3  # the last scored epochs the end-point slope is fitted over
+    slope_tolerance: float = 0.005  # "converged": the slope's 95% interval within +- this fraction per epoch
+    sign_horizon: int = 5  # the final gap could change sign: smaller than this many epochs of either arm's slope
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,723 @@
+"""The report's answer to its question (one job: time to quality, the decomposition of Figure 4's gap, the end
+point): does Pre-LN without warm-up train faster than Post-LN with warm-up, and because of what?
+
+Every number is computed from aggregate's per (run, seed, epoch) table and the experiment; the rules' parameters
+are ``analysis.report``'s (``quality_fractions``, ``useful_fraction``, ``slope_window``, ``slope_tolerance``,
+``sign_horizon``), and every number about the preset (warm-up length, decay epoch) is the config's.
+
+- **Pairs.** Figure 4's pair (``comparisons.figure4``: the low arm, Post-LN with warm-up and isqrt decay, and the
+  high arm, Pre-LN without warm-up with the step decay), and every single-factor pair on a one-factor-at-a-time
+  path from one to the other (the edges of the factorial cube between them whose cells are selected).
+- **Time to quality** (``tables/time_to_quality.csv``). A pair's quality is the validation BLEU, or the
+  validation loss's drop below the pair's start (the higher of the two arms' first-checkpoint seed means). Its
+  targets are ``quality_fractions`` of the lower arm's final seed mean; when the lower arm's final quality is
+  below ``useful_fraction`` of the higher arm's (a failed arm), of the higher arm's instead. Each seed's epoch,
+  updates and training wall-clock at a target are interpolated linearly between its two scored checkpoints
+  around the first crossing; a target already met at the first scored checkpoint gives that checkpoint, marked
+  ``censored`` (an upper bound). An arm reaches a target when every one of its seeds does, else "not reached"
+  with its best seed-mean value. Seed means carry 95% t intervals; the ratio (to over from) is the geometric
+  mean over the seeds both arms share of the per-seed ratios, with its t interval on the log scale.
+- **Decomposition** (``tables/decomposition.csv``). At every scored epoch, Figure 4's change from the low to the
+  high arm split along each order of the factors (``path`` ``norm>warmup>decay`` and the others): each step
+  changes one factor, its change the difference of the seed means of its two cells with a 95% Welch interval
+  (per-cell variances). The steps of a path add up to the gap (``tables/gap.csv``, with its own Welch interval).
+- **End point** (``tables/endpoint.csv``, ``tables/endpoint_gap.csv``). Per run and metric, the per-epoch slope
+  over the last ``slope_window`` scored epochs, fitted per seed (least squares), its seed mean with a t interval,
+  and the same relative to the last value. The validation loss is ``converged`` only when the relative slope's
+  interval lies within +- ``slope_tolerance``; a run whose learning rate a step decay cut before the window's
+  end is ``annealed`` instead (its curve is flat because its step is a tenth, not because it has converged).
+  The final gap of a pair could still change sign when it is smaller in size than ``sign_horizon`` epochs of
+  either arm's present slope (seed means).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..config.settings import FACTOR_KEYS, Experiment, ReportSettings
+from .budget import LEVEL, OK, mean_interval
+from .tables import grid_of
+
+FACTORS = tuple(FACTOR_KEYS)  # norm, warmup, decay
+MEASURES = ("epochs", "updates", "train_wall_s")  # what a time to quality is counted in
+_X = {"epochs": "epoch", "updates": "updates", "train_wall_s": "train_wall_s"}  # their epoch-table columns
+METRICS = ("bleu_tok", "loss_base2")
+TTQ_COLUMNS = ["pair", "factor", "metric", "fraction", "target", "target_of", "arm", "run", "status", "n_seeds", "n_reached",
+               "censored", "best", *(f"{m}{s}" for m in MEASURES for s in ("", "_low", "_high"))]
+DECOMPOSITION_COLUMNS = ["epoch", "metric", "path", "step", "factor", "from_run", "to_run", "change", "ci_low",
+                         "ci_high", "seeds"]
+GAP_COLUMNS = ["epoch", "metric", "from_run", "to_run", "from_mean", "to_mean", "change", "ci_low", "ci_high",
+               "seeds"]
+ENDPOINT_COLUMNS = ["run", "metric", "epochs", "n_seeds", "last", "slope", "slope_low", "slope_high", "rel_slope",
+                    "rel_low", "rel_high", "annealed", "state"]
+ENDPOINT_GAP_COLUMNS = ["pair", "metric", "epoch", "gap", "ci_low", "ci_high", "slope_from", "slope_to", "horizon",
+                        "could_change", "could_change_sign"]
+REACHED, NOT_REACHED = "reached", "not reached"
+CONVERGED, ANNEALED, FALLING, RISING, UNDETERMINED = "converged", "annealed", "still falling", "rising", "undetermined"
+FIGURE4 = "figure4"
+
+# A factor's change along a path, in words (the low arm's level -> the high arm's).
+_LEVEL_TEXT = {"norm": {"post": "Post-LN", "pre": "Pre-LN"}, "warmup": {True: "warm-up", False: "no warm-up"},
+               "decay": {"isqrt": "isqrt decay", "step": "step decay", "constant": "constant"}}
+
+
+def level_text(factor: str, level: Any) -> str:
+    return _LEVEL_TEXT.get(factor, {}).get(level, f"{factor} {level}")
+
+
+def step_text(factor: str, a: Any, b: Any) -> str:
+    """"warm-up -> no warm-up"."""
+    return f"{level_text(factor, a)} -> {level_text(factor, b)}"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two selected runs compared: ``name`` (figure4, or "from > to"), the factors that differ."""
+
+    name: str
+    from_run: str
+    to_run: str
+    factors: tuple[str, ...]
+
+
+@dataclass
+class Answer:
+    """The Answer section's tables (each written to report/tables/) and what it needs besides them."""
+
+    pair: Pair | None  # Figure 4's pair, None when not configured or not selected
+    note: str  # why there is no pair
+    cube: dict[tuple, str]  # factor levels (in FACTORS order) -> the selected run of that cell
+    pairs: list[Pair]
+    paths: dict[str, list[Pair]]  # path name (norm>warmup>decay) -> its steps
+    time_to_quality: pd.DataFrame
+    decomposition: pd.DataFrame
+    gap: pd.DataFrame
+    endpoint: pd.DataFrame
+    endpoint_gap: pd.DataFrame
+    settings: ReportSettings
+    notes: list[str] = field(default_factory=list)  # cells of the cube not selected, ...
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {"time_to_quality": self.time_to_quality, "decomposition": self.decomposition, "gap": self.gap,
+                "endpoint": self.endpoint, "endpoint_gap": self.endpoint_gap}
+
+
+# --- statistics
+
+
+def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """mean(b) - mean(a) with its Welch (unequal variances) t interval; no interval (NaN) with fewer than two
+    values on either side; a zero spread on both sides gives the difference as its own interval."""
+    from scipy import stats
+
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(x) == 0 or len(y) == 0:
+        return (math.nan,) * 3
+    d = float(y.mean() - x.mean())
+    if len(x) < 2 or len(y) < 2:
+        return d, math.nan, math.nan
+    va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return d, d, d
+    df = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    return d, d - half, d + half
+
+
+def ratio_interval(ratios: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """Geometric mean of positive per-seed ratios with the t interval of their logarithm, exponentiated (a
+    ratio's interval stays positive); no interval from fewer than two."""
+    r = [v for v in ratios if v > 0 and math.isfinite(v)]
+    if not r:
+        return (math.nan,) * 3
+    mean, _, lo, hi = mean_interval([math.log(v) for v in r], level)
+    return math.exp(mean), (math.nan if math.isnan(lo) else math.exp(lo)), (math.nan if math.isnan(hi) else math.exp(hi))
+
+
+# --- the cells between Figure 4's arms
+
+
+def figure4_pair(experiment: Experiment) -> tuple[Pair | None, str]:
+    """Figure 4's pair from ``comparisons.figure4`` (its first run is the low arm), or None with why."""
+    comparison = experiment.comparisons.get("figure4")
+    if comparison is None:
+        return None, "the configuration has no comparisons.figure4"
+    runs = list(comparison.runs)
+    missing = [r for r in runs if r not in experiment.select]
+    if len(runs) != 2 or missing:
+        return None, (f"the Figure 4 pair (comparisons.figure4: {', '.join(runs)}) is not selected in this "
+                      f"experiment ({', '.join(missing)} not in select)" if missing else
+                      "comparisons.figure4 does not name two runs")
+    a, b = (experiment.runs[r].factors for r in runs)
+    return Pair(FIGURE4, runs[0], runs[1], tuple(f for f in FACTORS if a[f] != b[f])), ""
+
+
+def _cell_runs(experiment: Experiment, levels: dict[str, Any]) -> list[str]:
+    """The selected runs with these factor levels, runs of their own before grid runs (as claims.cell_runs)."""
+    runs = [r for r in experiment.select if experiment.runs[r].factors == levels]
+    return sorted(runs, key=lambda r: bool(grid_of(experiment, r)))
+
+
+def _cube(experiment: Experiment, pair: Pair) -> dict[tuple, str]:
+    """Every cell between the pair's arms (each differing factor at either arm's level, the others at theirs)
+    -> its selected run (a run of its own before a grid run: select order, grid runs last)."""
+    a, b = experiment.runs[pair.from_run].factors, experiment.runs[pair.to_run].factors
+    out: dict[tuple, str] = {}
+    for choice in itertools.product((False, True), repeat=len(pair.factors)):
+        levels = dict(a)
+        levels.update({f: b[f] for f, flip in zip(pair.factors, choice) if flip})
+        key = tuple(levels[f] for f in FACTORS)
+        runs = [pair.from_run] if levels == a else [pair.to_run] if levels == b else _cell_runs(experiment, levels)
+        if runs:
+            out[key] = runs[0]
+    return out
+
+
+def _paths(experiment: Experiment, pair: Pair, cube: dict[tuple, str]) -> tuple[dict[str, list[Pair]], list[str]]:
+    """Each order of the pair's differing factors whose cells are all selected -> its single-factor steps."""
+    a, b = experiment.runs[pair.from_run].factors, experiment.runs[pair.to_run].factors
+    paths, notes = {}, []
+    for order in itertools.permutations(pair.factors):
+        levels, steps, ok = dict(a), [], True
+        for f in order:
+            here = cube.get(tuple(levels[g] for g in FACTORS))
+            levels[f] = b[f]
+            there = cube.get(tuple(levels[g] for g in FACTORS))
+            if here is None or there is None:
+                ok = False
+                break
+            steps.append(Pair(f"{here} > {there}", here, there, (f,)))
+        name = ">".join(order)
+        if ok:
+            paths[name] = steps
+        else:
+            notes.append(f"path {name}: a cell on it is not selected")
+    return paths, notes
+
+
+# --- time to quality
+
+
+def _seed_curves(epochs: pd.DataFrame, run: str, col: str) -> dict[int, pd.DataFrame]:
+    """Per seed of ``run``: its scored checkpoints (status ok, a value of ``col``), by epoch."""
+    g = epochs[(epochs["run"] == run) & (epochs["status"] == OK) & epochs[col].notna()].sort_values("epoch")
+    return {int(s): d for s, d in g.groupby("seed")}
+
+
+def crossing(curve: pd.DataFrame, col: str, target: float, higher_better: bool) -> tuple[dict[str, float], bool]:
+    """Where a seed's ``col`` first reaches ``target``: each measure interpolated linearly between the two scored
+    checkpoints around the crossing (``censored`` True: met at the first one already, which is returned);
+    NaN measures when never reached."""
+    v = curve[col].to_numpy(dtype=float)
+    hit = np.nonzero(v >= target if higher_better else v <= target)[0]
+    if len(hit) == 0:
+        return {m: math.nan for m in MEASURES}, False
+    i = int(hit[0])
+    xs = {m: curve[_X[m]].to_numpy(dtype=float) for m in MEASURES}
+    if i == 0:
+        return {m: float(xs[m][0]) for m in MEASURES}, True
+    t = (target - v[i - 1]) / (v[i] - v[i - 1])
+    return {m: float(xs[m][i - 1] + t * (xs[m][i] - xs[m][i - 1])) for m in MEASURES}, False
+
+
+def _final_means(epochs: pd.DataFrame, run: str, col: str, last: int) -> float:
+    g = epochs[(epochs["run"] == run) & (epochs["epoch"] == last) & (epochs["status"] == OK)][col].dropna()
+    return float(g.mean()) if len(g) else math.nan
+
+
+def _first_mean(epochs: pd.DataFrame, run: str, col: str) -> float:
+    g = epochs[(epochs["run"] == run) & (epochs["status"] == OK) & epochs[col].notna()]
+    if g.empty:
+        return math.nan
+    first = g["epoch"].min()
+    return float(g[g["epoch"] == first][col].mean())
+
+
+def targets(epochs: pd.DataFrame, pair: Pair, metric: str, last: int, settings: ReportSettings
+            ) -> tuple[list[tuple[float, float]], str]:
+    """The pair's (fraction, target value) for ``metric`` (a column of the epoch table) and which arm's final
+    quality they are fractions of ("lower", or "higher" when the lower arm failed: ``useful_fraction``)."""
+    bleu = metric.endswith("bleu_tok")
+    start = 0.0 if bleu else max(_first_mean(epochs, r, metric) for r in (pair.from_run, pair.to_run))
+    quality = [(v if bleu else start - v) for v in (_final_means(epochs, r, metric, last)
+                                                    for r in (pair.from_run, pair.to_run))]
+    if any(math.isnan(q) for q in quality) or math.isnan(start):
+        return [], ""
+    lo, hi = min(quality), max(quality)
+    base, which = (lo, "lower") if hi <= 0 or lo >= settings.useful_fraction * hi else (hi, "higher")
+    return [(f, f * base if bleu else start - f * base) for f in settings.quality_fractions], which
+
+
+def _time_rows(epochs: pd.DataFrame, pair: Pair, metric: str, last: int, settings: ReportSettings
+               ) -> list[dict[str, Any]]:
+    bleu = metric.endswith("bleu_tok")
+    rows = []
+    tg, of = targets(epochs, pair, metric, last, settings)
+    curves = {r: _seed_curves(epochs, r, metric) for r in (pair.from_run, pair.to_run)}
+    factor = ", ".join(pair.factors)
+    for fraction, target in tg:
+        per: dict[str, dict[int, dict[str, float]]] = {}
+        arms = []
+        for arm, run in (("from", pair.from_run), ("to", pair.to_run)):
+            seeds = curves[run]
+            n_all = int(epochs[(epochs["run"] == run)]["seed"].nunique())
+            hits = {s: crossing(c, metric, target, bleu) for s, c in seeds.items()}
+            reached = {s: x for s, (x, _) in hits.items() if not math.isnan(x["epochs"])}
+            per[run] = reached
+            best_by_epoch = epochs[(epochs["run"] == run) & (epochs["status"] == OK)].groupby("epoch")[metric].mean()
+            best = float(best_by_epoch.max() if bleu else best_by_epoch.min()) if len(best_by_epoch) else math.nan
+            ok = len(reached) == n_all and n_all > 0
+            row = {"pair": pair.name, "factor": factor, "metric": metric, "fraction": fraction, "target": target,
+                   "target_of": of, "arm": arm, "run": run, "status": REACHED if ok else NOT_REACHED, "n_seeds": n_all,
+                   "n_reached": len(reached), "censored": any(c for s, (_, c) in hits.items() if s in reached),
+                   "best": best}
+            for m in MEASURES:
+                mean, _, lo, hi = mean_interval([x[m] for x in reached.values()]) if ok else (math.nan,) * 4
+                row.update({m: mean, f"{m}_low": lo, f"{m}_high": hi})
+            arms.append(row)
+        rows += arms
+        both = all(r["status"] == REACHED for r in arms)
+        common = sorted(set(per[pair.from_run]) & set(per[pair.to_run])) if both else []
+        ratio = {"pair": pair.name, "factor": factor, "metric": metric, "fraction": fraction, "target": target,
+                 "target_of": of, "arm": "ratio", "run": f"{pair.to_run} / {pair.from_run}", "status": REACHED if both else NOT_REACHED,
+                 "n_seeds": len(common), "n_reached": len(common), "censored": arms[0]["censored"] or arms[1]["censored"],
+                 "best": math.nan}
+        for m in MEASURES:
+            ratio.update(zip((m, f"{m}_low", f"{m}_high"), ratio_interval(
+                [per[pair.to_run][s][m] / per[pair.from_run][s][m] for s in common if per[pair.from_run][s][m] > 0])))
+        rows.append(ratio)
+    return rows
+
+
+def time_to_quality(epochs: pd.DataFrame, pairs: Sequence[Pair], split: str, last: int,
+                    settings: ReportSettings) -> pd.DataFrame:
+    rows = [r for p in pairs for m in METRICS for r in _time_rows(epochs, p, f"{split}_{m}", last, settings)]
+    return pd.DataFrame(rows, columns=TTQ_COLUMNS)
+
+
+# --- the decomposition of Figure 4's gap
+
+
+def _values(epochs: pd.DataFrame, run: str, epoch: int, col: str) -> list[float]:
+    g = epochs[(epochs["run"] == run) & (epochs["epoch"] == epoch) & (epochs["status"] == OK)][col].dropna()
+    return g.astype(float).tolist()
+
+
+def _scored_epochs(epochs: pd.DataFrame, runs: Sequence[str], col: str) -> list[int]:
+    g = epochs[epochs["run"].isin(runs) & (epochs["status"] == OK) & epochs[col].notna()]
+    return sorted(int(e) for e in g["epoch"].unique())
+
+
+def decomposition(epochs: pd.DataFrame, experiment: Experiment, paths: dict[str, list[Pair]], split: str
+                  ) -> pd.DataFrame:
+    rows = []
+    runs = sorted({r for steps in paths.values() for p in steps for r in (p.from_run, p.to_run)})
+    for metric in (f"{split}_{m}" for m in METRICS):
+        for ep in _scored_epochs(epochs, runs, metric):
+            for name, steps in paths.items():
+                for i, p in enumerate(steps, 1):
+                    a, b = _values(epochs, p.from_run, ep, metric), _values(epochs, p.to_run, ep, metric)
+                    d, lo, hi = welch(a, b)
+                    f = p.factors[0]
+                    rows.append({"epoch": ep, "metric": metric, "path": name, "step": i, "factor": f,
+                                 "from_run": p.from_run, "to_run": p.to_run, "change": d, "ci_low": lo, "ci_high": hi,
+                                 "seeds": f"{len(a)}/{len(b)}"})
+    return pd.DataFrame(rows, columns=DECOMPOSITION_COLUMNS)
+
+
+def gap_table(epochs: pd.DataFrame, pair: Pair, split: str) -> pd.DataFrame:
+    """Figure 4's gap (high arm minus low arm) at every scored epoch, with its Welch interval."""
+    rows = []
+    for metric in (f"{split}_{m}" for m in METRICS):
+        for ep in _scored_epochs(epochs, [pair.from_run, pair.to_run], metric):
+            a, b = _values(epochs, pair.from_run, ep, metric), _values(epochs, pair.to_run, ep, metric)
+            d, lo, hi = welch(a, b)
+            rows.append({"epoch": ep, "metric": metric, "from_run": pair.from_run, "to_run": pair.to_run,
+                         "from_mean": float(np.mean(a)) if a else math.nan,
+                         "to_mean": float(np.mean(b)) if b else math.nan, "change": d, "ci_low": lo, "ci_high": hi,
+                         "seeds": f"{len(a)}/{len(b)}"})
+    return pd.DataFrame(rows, columns=GAP_COLUMNS)
+
+
+# --- the end point
+
+
+def annealed_at(experiment: Experiment, run: str, last: int) -> int | None:
+    """The first epoch at which a step decay cut ``run``'s learning rate, when at or before ``last``; else None."""
+    s = experiment.runs[run].schedule
+    if s.decay != "step" or not s.decay_epochs:
+        return None
+    cuts = [e for e in s.decay_epochs if e <= last]
+    return min(cuts) if cuts else None
+
+
+def _slope(curve: pd.DataFrame, col: str) -> float:
+    x, y = curve["epoch"].to_numpy(dtype=float), curve[col].to_numpy(dtype=float)
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def endpoint_table(epochs: pd.DataFrame, experiment: Experiment, runs: Sequence[str], split: str,
+                   settings: ReportSettings) -> pd.DataFrame:
+    """Per run and metric: the slope per epoch over the last ``slope_window`` scored epochs (per seed, then the
+    seed mean with its t interval), relative to the last value, and the end-point state (validation loss:
+    converged, annealed, still falling, rising, undetermined; BLEU: its slope only)."""
+    rows = []
+    tol = settings.slope_tolerance
+    for run in runs:
+        for metric in (f"{split}_{m}" for m in METRICS):
+            curves = _seed_curves(epochs, run, metric)
+            window = _scored_epochs(epochs, [run], metric)[-settings.slope_window:]
+            slopes, rel, lasts = [], [], []
+            for c in curves.values():
+                c = c[c["epoch"].isin(window)]
+                if len(c) == len(window) and len(window) >= 2:
+                    slopes.append(_slope(c, metric))
+                    lasts.append(float(c[metric].iloc[-1]))
+                    rel.append(slopes[-1] / lasts[-1] if lasts[-1] else math.nan)
+            s, _, s_lo, s_hi = mean_interval(slopes)
+            r, _, r_lo, r_hi = mean_interval([v for v in rel if math.isfinite(v)])
+            cut = annealed_at(experiment, run, window[-1]) if window else None
+            state = ""
+            if metric.endswith("loss_base2") and slopes:
+                if math.isnan(r_lo):
+                    state = UNDETERMINED
+                elif -tol <= r_lo and r_hi <= tol:
+                    state = ANNEALED if cut is not None else CONVERGED
+                elif r_hi < -tol:
+                    state = FALLING
+                elif r_lo > tol:
+                    state = RISING
+                else:
+                    state = UNDETERMINED
+            rows.append({"run": run, "metric": metric,
+                         "epochs": f"{window[0]}-{window[-1]}" if window else "", "n_seeds": len(slopes),
+                         "last": float(np.mean(lasts)) if lasts else math.nan, "slope": s, "slope_low": s_lo,
+                         "slope_high": s_hi, "rel_slope": r, "rel_low": r_lo, "rel_high": r_hi,
+                         "annealed": cut is not None, "state": state})
+    return pd.DataFrame(rows, columns=ENDPOINT_COLUMNS)
+
+
+def endpoint_gap_table(epochs: pd.DataFrame, pairs: Sequence[Pair], endpoint: pd.DataFrame, split: str,
+                       last: int, settings: ReportSettings) -> pd.DataFrame:
+    """Per pair and metric: the gap at the last epoch (to minus from, Welch interval), each arm's present slope,
+    and whether the gap could still change sign: its size is below ``sign_horizon`` epochs of the larger of the
+    two arms' slopes (``could_change``: that change, in the metric's unit)."""
+    slope = endpoint.set_index(["run", "metric"])["slope"] if len(endpoint) else pd.Series(dtype=float)
+    rows = []
+    for p in pairs:
+        for metric in (f"{split}_{m}" for m in METRICS):
+            d, lo, hi = welch(_values(epochs, p.from_run, last, metric), _values(epochs, p.to_run, last, metric))
+            sa, sb = (float(slope.get((r, metric), math.nan)) for r in (p.from_run, p.to_run))
+            change = settings.sign_horizon * max(abs(sa), abs(sb))
+            rows.append({"pair": p.name, "metric": metric, "epoch": last, "gap": d, "ci_low": lo, "ci_high": hi,
+                         "slope_from": sa, "slope_to": sb, "horizon": settings.sign_horizon, "could_change": change,
+                         "could_change_sign": bool(abs(d) < change) if math.isfinite(d) and math.isfinite(change)
+                         else math.nan})
+    return pd.DataFrame(rows, columns=ENDPOINT_GAP_COLUMNS)
+
+
+# --- everything at once
+
+
+def answer(experiment: Experiment, epochs: pd.DataFrame, split: str) -> Answer:
+    """The Answer section's tables for ``experiment`` (aggregate's epoch table ``epochs``, headline split)."""
+    settings, last = experiment.analysis.report, experiment.epochs
+    pair, note = figure4_pair(experiment)
+    if pair is None:
+        empty = {c: pd.DataFrame(columns=cols) for c, cols in (
+            ("t", TTQ_COLUMNS), ("d", DECOMPOSITION_COLUMNS), ("g", GAP_COLUMNS), ("e", ENDPOINT_COLUMNS),
+            ("eg", ENDPOINT_GAP_COLUMNS))}
+        return Answer(None, note, {}, [], {}, empty["t"], empty["d"], empty["g"], empty["e"], empty["eg"], settings)
+    cube = _cube(experiment, pair)
+    paths, notes = _paths(experiment, pair, cube)
+    edges = list(dict.fromkeys(p for steps in paths.values() for p in steps))
+    pairs = [pair, *edges]
+    runs = list(dict.fromkeys([pair.from_run, pair.to_run, *(r for p in edges for r in (p.from_run, p.to_run))]))
+    endpoint = endpoint_table(epochs, experiment, runs, split, settings)
+    return Answer(pair, "", cube, pairs, paths, time_to_quality(epochs, pairs, split, last, settings),
+                  decomposition(epochs, experiment, paths, split), gap_table(epochs, pair, split), endpoint,
+                  endpoint_gap_table(epochs, pairs, endpoint, split, last, settings), settings, notes)
+
+
+# --- the section's sentences and page tables (filled in from the tables above; no new statistics)
+
+
+def _f(v: float, digits: int = 3) -> str:
+    """A number in a sentence: ``digits`` significant digits, at least one decimal below 100."""
+    if not math.isfinite(v):
+        return "n/a"
+    return f"{v:.{digits}g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def _ci(lo: float, hi: float, n: int | str, what: str = "95% interval") -> str:
+    seeds = n if isinstance(n, str) else f"{n} seed{'s' if n != 1 else ''}"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"no interval, {seeds}"
+    return f"{what} {_f(lo)} to {_f(hi)}, {seeds}"
+
+
+def _signed(v: float) -> str:
+    return ("+" if v > 0 else "") + _f(v)
+
+
+def arm_text(experiment: Experiment, run: str) -> str:
+    """A run in words, its numbers from the config: "Post-LN with 500 warm-up updates and isqrt decay
+    (postln_warmup_isqrt)"."""
+    s, norm = experiment.runs[run].schedule, level_text("norm", experiment.runs[run].model.norm)
+    warm = f"with {s.warmup_updates} warm-up updates" if s.warmup else "without warm-up"
+    if s.decay == "step":
+        decay = f"step decay x{s.decay_factor:g} at the start of epoch {', '.join(map(str, s.decay_epochs or ()))}"
+    else:
+        decay = f"{s.decay} decay"
+    return f"{run} ({norm} {warm}, {decay})"
+
+
+def _metric_words(metric: str) -> str:
+    return "validation BLEU" if metric.endswith("bleu_tok") else "validation loss"
+
+
+def _unit(metric: str) -> str:
+    return "BLEU" if metric.endswith("bleu_tok") else "bits"
+
+
+def _ttq(a: Answer, pair: str, metric: str) -> pd.DataFrame:
+    t = a.time_to_quality
+    return t[(t["pair"] == pair) & (t["metric"] == metric)]
+
+
+def _middle(fractions: Sequence[float]) -> float:
+    return sorted(fractions)[len(fractions) // 2]
+
+
+def middle_fraction(settings: ReportSettings) -> float:
+    """The target the section's first sentences read: the middle of ``quality_fractions``."""
+    return _middle(settings.quality_fractions)
+
+
+def _arm_time(r: pd.Series) -> str:
+    if r["status"] != REACHED:
+        return (f"does not reach it ({int(r['n_reached'])} of {int(r['n_seeds'])} seeds; best seed-mean "
+                f"{_f(r['best'])})")
+    censored = ", reached by the first scored checkpoint (an upper bound)" if r["censored"] else ""
+    return (f"needs {_f(r['epochs'])} epochs ({_ci(r['epochs_low'], r['epochs_high'], int(r['n_seeds']))}; "
+            f"{_f(r['updates'])} updates, {_f(r['train_wall_s'])} s of training{censored})")
+
+
+def _speed_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
+    p, frac = a.pair, _middle(a.settings.quality_fractions)
+    t = _ttq(a, FIGURE4, metric)
+    rows = t[t["fraction"] == frac].set_index("arm")
+    if rows.empty:
+        return f"The Figure 4 pair has no scored {_metric_words(metric)} to time yet."
+    fr, to, ratio = rows.loc["from"], rows.loc["to"], rows.loc["ratio"]
+    bleu = metric.endswith("bleu_tok")
+    of = ratio["target_of"] if ratio["target_of"] == "lower" else \
+        f"higher (the lower arm ends below {a.settings.useful_fraction:.0%} of it: failed)"
+    what = (f"{frac:.0%} of the {of} arm's final {_metric_words(metric)} ({_f(ratio['target'])} BLEU)" if bleu else
+            f"{frac:.0%} of the {of} arm's drop in {_metric_words(metric)} below the pair's first checkpoint "
+            f"({_f(ratio['target'])} bits)")
+    head = f"To reach {what}, {arm_text(experiment, p.to_run)} {_arm_time(to)}; " \
+           f"{arm_text(experiment, p.from_run)} {_arm_time(fr)}"
+    if ratio["status"] != REACHED:
+        return head + "."
+    e, w = (ratio["epochs"], ratio["epochs_low"], ratio["epochs_high"]), \
+        (ratio["train_wall_s"], ratio["train_wall_s_low"], ratio["train_wall_s_high"])
+    return (head + f": {_f(e[0])} of the epochs ({_ci(e[1], e[2], int(ratio['n_seeds']))}, per-seed ratios, "
+            f"geometric mean) and {_f(w[0])} of the training wall-clock ({_ci(w[1], w[2], int(ratio['n_seeds']))}).")
+
+
+def _verdict(a: Answer, experiment: Experiment, metric: str) -> str:
+    """Yes / no / not clearly, from the middle target's epoch and wall-clock ratios."""
+    t = _ttq(a, FIGURE4, metric)
+    r = t[(t["fraction"] == _middle(a.settings.quality_fractions)) & (t["arm"] == "ratio")]
+    pre, post = (level_text("norm", experiment.runs[x].model.norm) for x in (a.pair.to_run, a.pair.from_run))
+    arms = t[t["fraction"] == _middle(a.settings.quality_fractions)].set_index("arm")
+    if len(arms) and arms.loc["from", "status"] != arms.loc["to", "status"]:
+        fails = "to" if arms.loc["to", "status"] != REACHED else "from"
+        run, other = arms.loc[fails, "run"], arms.loc["from" if fails == "to" else "to", "run"]
+        return (f"{'No' if fails == 'to' else 'Yes'}: in this experiment {run} does not reach, with every seed, "
+                f"the {_metric_words(metric)} {other} reaches (best seed-mean {_f(arms.loc[fails, 'best'])}).")
+    if r.empty or r.iloc[0]["status"] != REACHED or not math.isfinite(r.iloc[0]["epochs_high"]):
+        return (f"Whether {pre} without warm-up trains faster than {post} with warm-up cannot be read from these "
+                "runs: an arm does not reach the targets, or there is no interval.")
+    r = r.iloc[0]
+
+    def side(lo: float, hi: float, unit: str) -> str:
+        if hi < 1:
+            return f"in fewer {unit}" if unit == "epochs" else f"in less {unit}"
+        if lo > 1:
+            return f"in more {unit}" if unit == "epochs" else f"in more {unit}"
+        return f"in about as {'many' if unit == 'epochs' else 'much'} {unit} (the interval includes a ratio of 1)"
+
+    ep = side(r["epochs_low"], r["epochs_high"], "epochs")
+    wall = side(r["train_wall_s_low"], r["train_wall_s_high"], "training wall-clock")
+    faster_ep, faster_wall = r["epochs_high"] < 1, r["train_wall_s_high"] < 1
+    verdict = "Yes" if faster_ep and faster_wall else "In epochs, yes" if faster_ep else \
+        "No" if r["epochs_low"] > 1 else "Not clearly"
+    return (f"{verdict}: in this experiment {pre} without warm-up reaches the same {_metric_words(metric)} {ep} "
+            f"than {post} with warm-up, and {wall}.").replace("(the interval includes a ratio of 1) than",
+                                                                "as (the interval includes a ratio of 1)")
+
+
+def _other_targets_sentence(a: Answer, metric_bleu: str, metric_loss: str) -> str:
+    parts = []
+    mid = _middle(a.settings.quality_fractions)
+    for metric in (metric_bleu, metric_loss):
+        t = _ttq(a, FIGURE4, metric)
+        r = t[t["arm"] == "ratio"]
+        if metric == metric_bleu:
+            r = r[r["fraction"] != mid]
+        items = [f"{row.fraction:.0%} ({_f(row.target)} {_unit(metric)}): " + (
+            f"{_f(row.epochs)} ({_ci(row.epochs_low, row.epochs_high, int(row.n_seeds))})"
+            if row.status == REACHED else "not reached by every seed") for row in r.itertuples()]
+        if items:
+            parts.append(f"on {_metric_words(metric)}, at " + "; at ".join(items))
+    return ("The epoch ratio (Pre-LN over Post-LN) at the other targets: " + "; ".join(parts) + ".") if parts else ""
+
+
+def _gap_sentence(a: Answer, metric: str, experiment: Experiment) -> str:
+    g = a.gap[a.gap["metric"] == metric]
+    if g.empty:
+        return ""
+    last = g[g["epoch"] == g["epoch"].max()].iloc[0]
+    big = g.loc[g["change"].abs().idxmax()]
+    pre, post = (level_text("norm", experiment.runs[x].model.norm) for x in (a.pair.to_run, a.pair.from_run))
+
+    def at(r: pd.Series, lead: str = "at epoch {}") -> str:
+        n = r["seeds"].replace("/", " and ")
+        return (f"{lead.format(int(r['epoch']))}, {pre} {_f(r['to_mean'])} against {post} {_f(r['from_mean'])} "
+                f"({_signed(r['change'])} {_unit(metric)}, {_ci(r['ci_low'], r['ci_high'], n + ' seeds', '95% Welch interval')})")
+
+    spans = math.isfinite(last["ci_low"]) and last["ci_low"] <= 0 <= last["ci_high"]
+    tail = ": the interval includes 0" if spans else ""
+    if int(big["epoch"]) == int(last["epoch"]):
+        return f"The {_metric_words(metric)} gap is largest at the last epoch: {at(last)}{tail}."
+    return (f"The {_metric_words(metric)} gap is largest early: {at(big)}; {at(last, 'at the last epoch ({})')}"
+            f"{tail}.")
+
+
+def main_path(a: Answer) -> str | None:
+    """The path the section reads first: norm, then warm-up, then decay, when its cells are selected."""
+    order = ">".join(f for f in FACTORS if a.pair and f in a.pair.factors)
+    return order if order in a.paths else next(iter(a.paths), None)
+
+
+def _decomposition_sentence(a: Answer, metric: str, epoch: int, experiment: Experiment) -> str:
+    d = a.decomposition
+    d = d[(d["metric"] == metric) & (d["epoch"] == epoch)]
+    path = main_path(a)
+    if d.empty or path is None:
+        return ""
+    lo_f, hi_f = experiment.runs[a.pair.from_run].factors, experiment.runs[a.pair.to_run].factors
+    steps = d[d["path"] == path].sort_values("step")
+    total = steps["change"].sum()
+    parts = [f"{step_text(r.factor, lo_f[r.factor], hi_f[r.factor])} {_signed(r.change)} "
+             f"({_ci(r.ci_low, r.ci_high, r.seeds.replace('/', ' and ') + ' seeds', '95% Welch')})"
+             for r in steps.itertuples()]
+    ranges = []
+    if d["path"].nunique() > 1:
+        for f in dict.fromkeys(steps["factor"]):
+            v = d[d["factor"] == f]["change"]
+            ranges.append(f"{level_text(f, lo_f[f])} -> {level_text(f, hi_f[f])} {_signed(v.min())} to "
+                          f"{_signed(v.max())}")
+    orders = (f"; over the {d['path'].nunique()} orders of the factors (they interact) the steps range: "
+              + ", ".join(ranges)) if ranges else ""
+    return (f"At epoch {epoch}, the {_signed(total)} {_unit(metric)} gap in {_metric_words(metric)} splits, changing "
+            f"one factor at a time ({path.replace('>', ', then ')}), into: " + "; ".join(parts) + orders + ".")
+
+
+def _endpoint_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
+    e = a.endpoint[(a.endpoint["metric"] == metric) & a.endpoint["run"].isin([a.pair.from_run, a.pair.to_run])]
+    if e.empty or e["n_seeds"].max() == 0:
+        return ""
+    tol = a.settings.slope_tolerance
+    parts = []
+    for r in (e.set_index("run").loc[x] for x in (a.pair.from_run, a.pair.to_run)):
+        run = r.name
+        pct = (f"{_signed(100 * r['rel_slope'])}% an epoch ({_ci(100 * r['rel_low'], 100 * r['rel_high'], int(r['n_seeds']))}"
+               f"; {_signed(r['slope'])} bits an epoch)")
+        state = r["state"]
+        if state == ANNEALED or r["annealed"]:
+            cut = annealed_at(experiment, run, experiment.epochs)
+            s = experiment.runs[run].schedule
+            how = (f"annealed, not converged: its learning rate was cut x{s.decay_factor:g} at epoch {cut}, so its "
+                   "curve flattens because its steps are smaller") if state == ANNEALED else \
+                (f"not converged by the rule, and annealed (its learning rate was cut x{s.decay_factor:g} at "
+                 f"epoch {cut})")
+        else:
+            how = {FALLING: "still falling, not converged", RISING: "rising, not converged",
+                   UNDETERMINED: "not shown converged (its interval reaches beyond the tolerance)"}.get(state, state)
+        parts.append(f"{run}'s changes {pct}: {how}")
+    return (f"The end point, as far as these runs go: over epochs {e.iloc[0]['epochs']}, " + "; ".join(parts)
+            + f" (converged: the slope's 95% interval within ±{100 * tol:g}% an epoch; "
+            "analysis.report.slope_tolerance).")
+
+
+def _sign_sentence(a: Answer, metric: str) -> str:
+    g = a.endpoint_gap[(a.endpoint_gap["pair"] == FIGURE4) & (a.endpoint_gap["metric"] == metric)]
+    if g.empty or not math.isfinite(g.iloc[0]["gap"]):
+        return ""
+    r = g.iloc[0]
+    n = int(r["horizon"])
+    could = bool(r["could_change_sign"])
+    return (f"At epoch {int(r['epoch'])} the {_metric_words(metric)} gap is {_signed(r['gap'])} {_unit(metric)} "
+            f"({_ci(r['ci_low'], r['ci_high'], 'Welch')}); {n} more epochs at the larger of the two arms' present "
+            f"slopes would change it by {_f(r['could_change'])} {_unit(metric)}, so the final difference "
+            + ("could still change sign" if could else "would keep its sign")
+            + f" (rule: it could when the gap is smaller than {n} epochs of either arm's slope; "
+            "analysis.report.sign_horizon). Where the curves end needs a longer training than this one.")
+
+
+def sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
+    """The Answer section's sentences, in reading order; where Figure 4's pair is not selected, why."""
+    if a.pair is None:
+        return [f"No answer for this experiment: {a.note}. The Answer section needs both runs of Figure 4's pair."]
+    bleu, loss = f"{split}_bleu_tok", f"{split}_loss_base2"
+    out = [_verdict(a, experiment, bleu), _speed_sentence(a, experiment, bleu), _other_targets_sentence(a, bleu, loss),
+           _gap_sentence(a, bleu, experiment), _gap_sentence(a, loss, experiment)]
+    g = a.gap[a.gap["metric"] == bleu]
+    if len(g):
+        big, last = int(g.loc[g["change"].abs().idxmax(), "epoch"]), int(g["epoch"].max())
+        out += [_decomposition_sentence(a, bleu, ep, experiment) for ep in dict.fromkeys((big, last))]
+    out += [_endpoint_sentence(a, experiment, loss), _sign_sentence(a, loss), *a.notes]
+    return [s for s in out if s]
+
+
+def pairs_view(a: Answer, experiment: Experiment) -> pd.DataFrame:
+    """Per pair (Figure 4's, then each single-factor step) and metric, at the middle target: each arm's epochs
+    to it (mean [95% interval]) or "not reached (best ...)", and the ratio."""
+    mid = _middle(a.settings.quality_fractions) if a.settings.quality_fractions else math.nan
+    t = a.time_to_quality
+    rows = []
+    for (pair, metric), g in t[t["fraction"] == mid].groupby(["pair", "metric"], sort=False):
+        arms = g.set_index("arm")
+
+        def cell(arm: str) -> str:
+            r = arms.loc[arm]
+            if r["status"] != REACHED:
+                return f"not reached (best {_f(r['best'])})" if arm != "ratio" else "—"
+            ci = "" if not math.isfinite(r["epochs_low"]) else f" [{_f(r['epochs_low'])}, {_f(r['epochs_high'])}]"
+            return f"{'≤' if r['censored'] and arm != 'ratio' else ''}{_f(r['epochs'])}{ci}"
+
+        fr = arms.loc["from"]
+        rows.append({"pair": pair, "changes": arms.loc["ratio", "factor"], "metric": metric,
+                     "target": f"{mid:.0%}: {_f(fr['target'])} {_unit(metric)}", "from": arms.loc["from", "run"],
+                     "epochs (from)": cell("from"), "to": arms.loc["to", "run"], "epochs (to)": cell("to"),
+                     "ratio to/from": cell("ratio")})
+    return pd.DataFrame(rows)
+
+
+def endpoint_view(a: Answer) -> pd.DataFrame:
+    """The end-point table on the page: the validation loss's slope per run, in % an epoch, with its state."""
+    e = a.endpoint[a.endpoint["metric"].str.endswith("loss_base2")]
+    return pd.DataFrame([{"run": r.run, "epochs": r.epochs, "seeds": r.n_seeds, "last loss (bits)": _f(r.last),
+                          "slope (% an epoch)": f"{_f(100 * r.rel_slope)} [{_f(100 * r.rel_low)}, {_f(100 * r.rel_high)}]",
+                          "step-decayed": "annealed" if r.annealed else "", "state": r.state}
+                         for r in e.itertuples()])
