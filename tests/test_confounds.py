@@ -43,7 +43,10 @@ CELLS = {f"{n}ln_{'warmup' if w else 'nowarmup'}_{'isqrt' if d == 'isqrt' else '
 # config.yaml's comparisons: figure4 and the 12 single-factor ones (their runs and factors), and those of RAdam.
 COMPARISONS = yaml.safe_load((REPO / "config.yaml").read_text())["comparisons"]
 RADAM_COMPARISONS = {k: v for k, v in COMPARISONS.items() if any("radam" in r for r in v["runs"])}
-FACTORIAL = {k: v for k, v in COMPARISONS.items() if k not in RADAM_COMPARISONS}
+# the variants' warm-up comparisons (config.yaml's {variant}_{warmup}_isqrt runs, not selected by default)
+VARIANT_COMPARISONS = {k: v for k, v in COMPARISONS.items()
+                       if k not in RADAM_COMPARISONS and any(not r.startswith(("postln_", "preln_")) for r in v["runs"])}
+FACTORIAL = {k: v for k, v in COMPARISONS.items() if k not in RADAM_COMPARISONS and k not in VARIANT_COMPARISONS}
 FACTS = {"seeds": [1, 2, 3], "device": "NVIDIA H200", "precision": "fp32", "torch": "2.4.0", "threads": "4"}
 
 
@@ -323,7 +326,8 @@ def test_experiment_read_back_from_its_json(tmp_path):
 def test_config_yamls_radam_comparisons_are_skipped_until_their_runs_are_selected():
     exp = experiment(COMPARISONS)
     v = verdicts(analyze_confounds(exp, execution(exp)))
-    assert v == {**FACTORIAL_EXPECTED, **{k: ("skipped", [], [], []) for k in RADAM_COMPARISONS}}
+    assert v == {**FACTORIAL_EXPECTED, **{k: ("skipped", [], [], []) for k in {**RADAM_COMPARISONS, **VARIANT_COMPARISONS}}}
+    assert set(VARIANT_COMPARISONS) == {f"warmup_{v}_isqrt" for v in ("prenofinal", "deepnorm", "admin", "rezero")}
     assert set(RADAM_COMPARISONS) == {"optimizer_postln_nowarmup_isqrt", "optimizer_preln_nowarmup_step8",
                                       "radam_replaces_warmup_postln"}
 

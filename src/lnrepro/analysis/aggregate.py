@@ -300,6 +300,19 @@ def convergence_rule(window: int, tolerance: float) -> str:
             f"+{tolerance:.1%}; undetermined otherwise")
 
 
+def slope_label(lo: float, hi: float, tolerance: float, cut: bool) -> str:
+    """``convergence_rule``'s label of a loss's relative slope interval [lo, hi] per epoch (NaN: no interval);
+    ``cut``: a step decay cut the learning rate before the window ends. The convergence table and the Answer's
+    end point both label with it."""
+    if math.isnan(lo) or math.isnan(hi):
+        return UNDETERMINED
+    if -tolerance <= lo and hi <= tolerance:
+        return ANNEALED if cut else CONVERGED
+    if hi < -tolerance:
+        return IMPROVING
+    return WORSENING if lo > tolerance else UNDETERMINED
+
+
 def _slope(x: Any, y: Any) -> tuple[float, float, float]:
     """A least-squares slope with its standard error and residual degrees of freedom."""
     import numpy as np
@@ -346,16 +359,7 @@ def convergence_table(epochs: pd.DataFrame, experiment: Experiment, split: str, 
         cut = [k for k in (sched.decay_epochs or ()) if sched.decay == "step" and k <= scored[-1]]
         lr_cut = (f"x{sched.decay_factor:g} from epoch {', '.join(map(str, cut))}") if cut else ""
         lo, hi = (slope - half) / level, (slope + half) / level
-        if math.isnan(half):
-            label = UNDETERMINED
-        elif -tolerance <= lo and hi <= tolerance:
-            label = ANNEALED if cut else CONVERGED
-        elif hi < -tolerance:
-            label = IMPROVING
-        elif lo > tolerance:
-            label = WORSENING
-        else:
-            label = UNDETERMINED
+        label = slope_label(lo, hi, tolerance, bool(cut))
         first = g[g["epoch"] == scored[0]][col].mean()
         last = g[g["epoch"] == scored[-1]][col].mean()
         rows.append({**row, "epochs": f"{scored[0]}-{scored[-1]}", "n_seeds": len(seeds), "nll_first": first,

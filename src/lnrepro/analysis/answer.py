@@ -2,7 +2,7 @@
 point): does Pre-LN without warm-up train faster than Post-LN with warm-up, and because of what?
 
 Every number is computed from aggregate's per (run, seed, epoch) table and the experiment; the rules' parameters
-are ``analysis.report``'s (``quality_fractions``, ``useful_fraction``, ``slope_window``, ``slope_tolerance``,
+are ``analysis.report``'s (``quality_fractions``, ``useful_fraction``, ``convergence_window``, ``convergence_tolerance``,
 ``sign_horizon``), and every number about the preset (warm-up length, decay epoch) is the config's.
 
 - **Pairs.** Figure 4's pair (``comparisons.figure4``: the low arm, Post-LN with warm-up and isqrt decay, and the
@@ -22,9 +22,9 @@ are ``analysis.report``'s (``quality_fractions``, ``useful_fraction``, ``slope_w
   changes one factor, its change the difference of the seed means of its two cells with a 95% Welch interval
   (per-cell variances). The steps of a path add up to the gap (``tables/gap.csv``, with its own Welch interval).
 - **End point** (``tables/endpoint.csv``, ``tables/endpoint_gap.csv``). Per run and metric, the per-epoch slope
-  over the last ``slope_window`` scored epochs, fitted per seed (least squares), its seed mean with a t interval,
+  over the last ``convergence_window`` scored epochs, fitted per seed (least squares), its seed mean with a t interval,
   and the same relative to the last value. The validation loss is ``converged`` only when the relative slope's
-  interval lies within +- ``slope_tolerance``; a run whose learning rate a step decay cut before the window's
+  interval lies within +- ``convergence_tolerance``; a run whose learning rate a step decay cut before the window's
   end is ``annealed`` instead (its curve is flat because its step is a tenth, not because it has converged).
   The final gap of a pair could still change sign when it is smaller in size than ``sign_horizon`` epochs of
   either arm's present slope (seed means).
@@ -41,7 +41,9 @@ import numpy as np
 import pandas as pd
 
 from ..config.settings import FACTOR_KEYS, Experiment, ReportSettings
+from .aggregate import ANNEALED, CONVERGED, IMPROVING, UNDETERMINED, WORSENING, slope_label
 from .budget import LEVEL, OK, mean_interval
+from .effects import welch
 from .tables import grid_of
 
 FACTORS = tuple(FACTOR_KEYS)  # norm, warmup, decay
@@ -59,7 +61,6 @@ ENDPOINT_COLUMNS = ["run", "metric", "epochs", "n_seeds", "last", "slope", "slop
 ENDPOINT_GAP_COLUMNS = ["pair", "metric", "epoch", "gap", "ci_low", "ci_high", "slope_from", "slope_to", "horizon",
                         "could_change", "could_change_sign"]
 REACHED, NOT_REACHED = "reached", "not reached"
-CONVERGED, ANNEALED, FALLING, RISING, UNDETERMINED = "converged", "annealed", "still falling", "rising", "undetermined"
 FIGURE4 = "figure4"
 
 # A factor's change along a path, in words (the low arm's level -> the high arm's).
@@ -109,26 +110,6 @@ class Answer:
 
 
 # --- statistics
-
-
-def welch(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
-    """mean(b) - mean(a) with its Welch (unequal variances) t interval; no interval (NaN) with fewer than two
-    values on either side; a zero spread on both sides gives the difference as its own interval."""
-    from scipy import stats
-
-    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(x) == 0 or len(y) == 0:
-        return (math.nan,) * 3
-    d = float(y.mean() - x.mean())
-    if len(x) < 2 or len(y) < 2:
-        return d, math.nan, math.nan
-    va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return d, d, d
-    df = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
-    return d, d - half, d + half
 
 
 def ratio_interval(ratios: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
@@ -324,7 +305,7 @@ def decomposition(epochs: pd.DataFrame, experiment: Experiment, paths: dict[str,
             for name, steps in paths.items():
                 for i, p in enumerate(steps, 1):
                     a, b = _values(epochs, p.from_run, ep, metric), _values(epochs, p.to_run, ep, metric)
-                    d, lo, hi = welch(a, b)
+                    d, lo, hi, _ = welch(a, b)
                     f = p.factors[0]
                     rows.append({"epoch": ep, "metric": metric, "path": name, "step": i, "factor": f,
                                  "from_run": p.from_run, "to_run": p.to_run, "change": d, "ci_low": lo, "ci_high": hi,
@@ -338,7 +319,7 @@ def gap_table(epochs: pd.DataFrame, pair: Pair, split: str) -> pd.DataFrame:
     for metric in (f"{split}_{m}" for m in METRICS):
         for ep in _scored_epochs(epochs, [pair.from_run, pair.to_run], metric):
             a, b = _values(epochs, pair.from_run, ep, metric), _values(epochs, pair.to_run, ep, metric)
-            d, lo, hi = welch(a, b)
+            d, lo, hi, _ = welch(a, b)
             rows.append({"epoch": ep, "metric": metric, "from_run": pair.from_run, "to_run": pair.to_run,
                          "from_mean": float(np.mean(a)) if a else math.nan,
                          "to_mean": float(np.mean(b)) if b else math.nan, "change": d, "ci_low": lo, "ci_high": hi,
@@ -365,15 +346,15 @@ def _slope(curve: pd.DataFrame, col: str) -> float:
 
 def endpoint_table(epochs: pd.DataFrame, experiment: Experiment, runs: Sequence[str], split: str,
                    settings: ReportSettings) -> pd.DataFrame:
-    """Per run and metric: the slope per epoch over the last ``slope_window`` scored epochs (per seed, then the
+    """Per run and metric: the slope per epoch over the last ``convergence_window`` scored epochs (per seed, then the
     seed mean with its t interval), relative to the last value, and the end-point state (validation loss:
     converged, annealed, still falling, rising, undetermined; BLEU: its slope only)."""
     rows = []
-    tol = settings.slope_tolerance
+    tol = settings.convergence_tolerance
     for run in runs:
         for metric in (f"{split}_{m}" for m in METRICS):
             curves = _seed_curves(epochs, run, metric)
-            window = _scored_epochs(epochs, [run], metric)[-settings.slope_window:]
+            window = _scored_epochs(epochs, [run], metric)[-settings.convergence_window:]
             slopes, rel, lasts = [], [], []
             for c in curves.values():
                 c = c[c["epoch"].isin(window)]
@@ -384,18 +365,7 @@ def endpoint_table(epochs: pd.DataFrame, experiment: Experiment, runs: Sequence[
             s, _, s_lo, s_hi = mean_interval(slopes)
             r, _, r_lo, r_hi = mean_interval([v for v in rel if math.isfinite(v)])
             cut = annealed_at(experiment, run, window[-1]) if window else None
-            state = ""
-            if metric.endswith("loss_base2") and slopes:
-                if math.isnan(r_lo):
-                    state = UNDETERMINED
-                elif -tol <= r_lo and r_hi <= tol:
-                    state = ANNEALED if cut is not None else CONVERGED
-                elif r_hi < -tol:
-                    state = FALLING
-                elif r_lo > tol:
-                    state = RISING
-                else:
-                    state = UNDETERMINED
+            state = slope_label(r_lo, r_hi, tol, cut is not None) if metric.endswith("loss_base2") and slopes else ""
             rows.append({"run": run, "metric": metric,
                          "epochs": f"{window[0]}-{window[-1]}" if window else "", "n_seeds": len(slopes),
                          "last": float(np.mean(lasts)) if lasts else math.nan, "slope": s, "slope_low": s_lo,
@@ -413,7 +383,7 @@ def endpoint_gap_table(epochs: pd.DataFrame, pairs: Sequence[Pair], endpoint: pd
     rows = []
     for p in pairs:
         for metric in (f"{split}_{m}" for m in METRICS):
-            d, lo, hi = welch(_values(epochs, p.from_run, last, metric), _values(epochs, p.to_run, last, metric))
+            d, lo, hi, _ = welch(_values(epochs, p.from_run, last, metric), _values(epochs, p.to_run, last, metric))
             sa, sb = (float(slope.get((r, metric), math.nan)) for r in (p.from_run, p.to_run))
             change = settings.sign_horizon * max(abs(sa), abs(sb))
             rows.append({"pair": p.name, "metric": metric, "epoch": last, "gap": d, "ci_low": lo, "ci_high": hi,
@@ -637,7 +607,7 @@ def _endpoint_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
     e = a.endpoint[(a.endpoint["metric"] == metric) & a.endpoint["run"].isin([a.pair.from_run, a.pair.to_run])]
     if e.empty or e["n_seeds"].max() == 0:
         return ""
-    tol = a.settings.slope_tolerance
+    tol = a.settings.convergence_tolerance
     parts = []
     for r in (e.set_index("run").loc[x] for x in (a.pair.from_run, a.pair.to_run)):
         run = r.name
@@ -652,12 +622,12 @@ def _endpoint_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
                 (f"not converged by the rule, and annealed (its learning rate was cut x{s.decay_factor:g} at "
                  f"epoch {cut})")
         else:
-            how = {FALLING: "still falling, not converged", RISING: "rising, not converged",
+            how = {IMPROVING: "still falling, not converged", WORSENING: "rising, not converged",
                    UNDETERMINED: "not shown converged (its interval reaches beyond the tolerance)"}.get(state, state)
         parts.append(f"{run}'s changes {pct}: {how}")
     return (f"The end point, as far as these runs go: over epochs {e.iloc[0]['epochs']}, " + "; ".join(parts)
             + f" (converged: the slope's 95% interval within ±{100 * tol:g}% an epoch; "
-            "analysis.report.slope_tolerance).")
+            "analysis.report.convergence_tolerance).")
 
 
 def _sign_sentence(a: Answer, metric: str) -> str:

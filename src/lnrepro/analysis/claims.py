@@ -155,12 +155,13 @@ def _measure_cell(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     notes = [] if meeting else [f"settings differ: {'; '.join(_differences(ev.experiment, run, settings))}"]
     unscored = _unscored(ev, m["split"], ev.experiment.epochs)
     if unscored:
-        return Measured(scale=scale, at_scale=at_scale, note="; ".join([*notes, unscored]), run=run)
+        return Measured(scale=scale, at_scale=at_scale, meets_setup=bool(meeting), note="; ".join([*notes, unscored]),
+                        run=run)
     row = _cell_value(ev, run, metric)
     if row is None or row["n"] == 0:
         left = f"{int(row['n_left_out'])} failed, {int(row['n_missing'])} missing" if row is not None else "not scored"
-        return Measured(scale=scale, at_scale=at_scale, note="; ".join([*notes, f"{run}: no finished seed ({left})"]),
-                        run=run)
+        return Measured(scale=scale, at_scale=at_scale, meets_setup=bool(meeting),
+                        note="; ".join([*notes, f"{run}: no finished seed ({left})"]), run=run)
     if row["n_left_out"]:
         notes.append(f"{int(row['n_left_out'])} seed(s) diverged or stopped, left out")
     return Measured(row["mean"], row["ci_low"], row["ci_high"], int(row["n"]), f"{run}, {metric} at {ev.last}",

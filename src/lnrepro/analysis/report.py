@@ -101,7 +101,7 @@ def _answer(page: Page) -> dict[str, Any]:
             "pairs": an.pairs_view(a, page.experiment), "settings": a.settings,
             "answer_figure": page.figure("answer", "Figure 4's gap at every epoch, split one factor at a time; time to "
                                             "quality of the pair"),
-            "endpoint": an.endpoint_view(a), "tolerance": f"{a.settings.slope_tolerance:.1%}",
+            "endpoint": an.endpoint_view(a), "tolerance": f"{a.settings.convergence_tolerance:.1%}",
             "middle": f"{an.middle_fraction(a.settings):.0%}",
             "fractions": ", ".join(f"{f:.0%}" for f in a.settings.quality_fractions)}
 

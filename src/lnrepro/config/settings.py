@@ -375,8 +375,6 @@ class ReportSettings(Section):
     # The Answer section (lnrepro.analysis.answer): time to quality and the end point.
     quality_fractions: tuple[float, ...] = (0.5, 0.75, 0.9)  # targets: these fractions of the lower arm's final quality
     useful_fraction: float = 0.5  # a lower arm below this fraction of the higher arm's final quality has failed
-    slope_window: int = 3  # the last scored epochs the end-point slope is fitted over
-    slope_tolerance: float = 0.005  # "converged": the slope's 95% interval within +- this fraction per epoch
     sign_horizon: int = 5  # the final gap could change sign: smaller than this many epochs of either arm's slope
 
 
