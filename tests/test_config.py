@@ -401,3 +401,13 @@ def test_a_selected_grid_trains_in_the_dag_with_its_seeds(tmp_path: Path) -> Non
     jobs = set(re.findall(r"wildcards: run=([^,\s]+), seed=(\d+)", proc.stdout + proc.stderr))
     grid = cfg.grid_runs(cfg.load_config([REPO / "config.yaml"]))["tune_preln"]
     assert jobs == {(run, "5") for run in grid} | {(warmup0, seed) for seed in "123"}
+
+
+def test_run_seeds_give_a_run_its_own_seeds(paper: dict) -> None:
+    """run_seeds: a single run's seeds (the demo trains each extra variant once); a grid's seeds still win."""
+    c = {**paper, "select": [*paper["select"], "deepnorm_warmup_isqrt"], "run_seeds": {"deepnorm_warmup_isqrt": [1]}}
+    cfg.validate_config(c)
+    x = cfg.experiment(c)
+    assert x.seeds_of("deepnorm_warmup_isqrt") == (1,) and x.seeds_of("postln_warmup_isqrt") == (1, 2, 3)
+    with pytest.raises(LnReproError, match="run_seeds names 'nope', which is not a run"):
+        cfg.validate_config({**c, "run_seeds": {"nope": [1]}})

@@ -20,6 +20,7 @@ from . import aggregate as ag
 from . import answer as an
 from . import claims as cl
 from . import study as st
+from . import variants as va
 from .confounds import analyze_confounds, confounds_rows
 from .gradinit_fit import depth_table, figure_depth, layer_table
 from .results import Results
@@ -43,6 +44,7 @@ class ReportData:
     marks: list[cl.PaperMark]  # the paper's Figure 4 points for them
     marks_note: str  # why there are none
     answer: an.Answer  # the Answer section's tables (answer.answer)
+    variant_contrasts: pd.DataFrame  # variants.variant_contrasts: the other variants against Post-LN and Pre-LN
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The one list of the report's CSV files: name -> table (report/tables/{name}.csv)."""
@@ -59,6 +61,7 @@ class ReportData:
             "confounds": self.confounds_table,
             **self.gradinit_tables,
             **self.answer.tables(),
+            "variant_contrasts": self.variant_contrasts,
         }
 
 
@@ -78,4 +81,5 @@ def build(results: Results, experiment: Experiment) -> ReportData:
         experiment=experiment, agg=agg, study=study, gradinit=gi, gradinit_fit=fit,
         gradinit_missing=results.gradinit_missing, gradinit_depth=depth, gradinit_tables=gradinit_tables,
         confounds=confounds, confounds_table=pd.DataFrame(confounds_rows(confounds)),
-        figure4_runs=pair, marks=marks, marks_note=note, answer=an.answer(experiment, agg.epochs, agg.split))
+        figure4_runs=pair, marks=marks, marks_note=note, answer=an.answer(experiment, agg.epochs, agg.split),
+        variant_contrasts=va.variant_contrasts(agg.epochs, experiment, agg.split))

@@ -38,11 +38,12 @@ if TYPE_CHECKING:
 # File names of the figures (workflow/report/<stem>.rst holds each caption).
 
 # Per norm variant, by its position in NORMS (post, pre, then any other): line style, and colour in gradinit.
-_NORM_LINESTYLES = ["-", "--", ":", "-."]
-_NORM_COLORS = ["tab:red", "tab:blue", "tab:green", "tab:purple"]
+# Six distinct ones for the six registered variants (post, pre, pre_nofinal, deepnorm, admin, rezero), then again.
+_NORM_LINESTYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
+_NORM_COLORS = ["tab:red", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive"]
 
 
-def norm_style(norm: str | None) -> dict[str, str]:
+def norm_style(norm: str | None) -> dict[str, Any]:
     """Line style and colour of a norm variant; those of the first registered one when ``norm`` is unknown."""
     i = list(NORMS).index(norm) if norm in NORMS else 0
     return {"linestyle": _NORM_LINESTYLES[i % len(_NORM_LINESTYLES)], "color": _NORM_COLORS[i % len(_NORM_COLORS)]}

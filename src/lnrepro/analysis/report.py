@@ -168,6 +168,14 @@ def _tuned(page: Page) -> dict[str, Any]:
     return {"any": bool(e.grids), "last": s.last, "grids": grids, "tuned": s.tuned}
 
 
+def _variants(page: Page) -> dict[str, Any]:
+    e, v = page.experiment, page.data.variant_contrasts
+    others = [r for r in e.select if e.runs[r].model.norm not in ("post", "pre")]
+    last = v[v["epoch"] == v["epoch"].max()] if len(v) else v
+    return {"any": bool(others), "registered": ", ".join(NORMS), "last": f"epoch {int(v['epoch'].max())}" if len(v) else "",
+            "missing": ", ".join(r for r in others if r not in set(v["variant_run"])), "rows": vw.variant_view(last)}
+
+
 def _claims(page: Page) -> dict[str, Any]:
     return {"statuses": ", ".join(STATUSES), "claims": vw.claims_view(page.data.study.claims)}
 
@@ -262,6 +270,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[Page], dict[str, Any]]], ...] = (
     ("figure4", "Figure 4 reproduction", _figure4),
     ("effects", "Effects at fixed budgets and at every epoch", _effects),
     ("tuned", "Tuned baselines", _tuned),
+    ("variants", "Variants beyond the paper's two", _variants),
     ("claims", "Claims", _claims),
     ("confounds", "Confounds", _confounds),
     ("stability", "Stability", _stability),

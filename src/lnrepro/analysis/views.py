@@ -206,3 +206,14 @@ def claims_view(claims: pd.DataFrame) -> pd.DataFrame:
     """tables/claims.csv on the page: the measured value with its interval in one cell."""
     view = claims.assign(measured=[interval_cell(r.measured, r.ci_low, r.ci_high) for r in claims.itertuples()])
     return view.drop(columns=["ci_low", "ci_high"])
+
+
+def variant_view(v: pd.DataFrame) -> pd.DataFrame:
+    """variant_contrasts.csv's rows at one epoch, as the Variants section shows them."""
+    out = pd.DataFrame({"variant run": v["variant_run"], "against": v["base_run"], "metric": v["metric"],
+                        "variant": v["variant_mean"].map(lambda x: f"{x:.3g}"),
+                        "base": v["base_mean"].map(lambda x: f"{x:.3g}"),
+                        "difference [95% Welch]": [f"{d:+.3g} [{lo:.3g}, {hi:.3g}]" for d, lo, hi in
+                                                    zip(v["difference"], v["ci_low"], v["ci_high"])],
+                        "seeds": v["seeds"], "differences": v["differences"]})
+    return out.reset_index(drop=True)

@@ -424,6 +424,7 @@ class Experiment(Section):
     model: ModelSettings  # defaults.model: the width gradinit analyses
     analysis: AnalysisSettings
     grids: dict[str, GridSettings] = field(default_factory=dict)  # the grids with a selected run
+    run_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)  # config run_seeds: a run's own seeds
     notes: str = ""
     scaling: dict[str, Any] | None = None
 
@@ -433,9 +434,10 @@ class Experiment(Section):
         return self.runs[self.select[0]].train.epochs
 
     def seeds_of(self, run: str) -> tuple[int, ...]:
-        """The seeds ``run`` trains: its grid's (all its grids', when several generate it), else ``seeds``."""
+        """The seeds ``run`` trains: its grid's (all its grids', when several generate it), else its own
+        (``run_seeds``), else ``seeds``."""
         own = [seed for grid in self.grids.values() if run in grid.runs for seed in grid.seeds]
-        return tuple(dict.fromkeys(own)) or self.seeds
+        return tuple(dict.fromkeys(own)) or self.run_seeds.get(run, self.seeds)
 
     def run_config(self, run: str, seed: int, runs: Mapping[str, RunSettings] | None = None) -> RunConfig:
         """The run's config.json: its settings with the schedule's unused ones left out (``used_only``)."""
