@@ -7,6 +7,15 @@ The model, optimizer and schedule are the paper config's (config.yaml) unless a 
 
     python benchmarks/first_updates.py --bpe results/multi30k/data/bpe --out /tmp/first100 \
         --runs postln_nowarmup_isqrt preln_nowarmup_isqrt --updates 100 --precision bf16
+
+``--summary 50 100 200`` prints instead one row per run: its loss at those updates and whether it diverged
+(a non-finite loss or one above train.diverge_loss: the loop's "diverged" record), e.g. every variant with and
+without warm-up at the CPU study's size (issue 23):
+
+    python benchmarks/first_updates.py --bpe results/study-cpu/data/bpe --configfile presets/study-cpu.yaml \
+        --out /tmp/first200 --updates 200 --log-every 10 --precision bf16 --summary 50 100 200 --runs \
+        postln_{warmup,nowarmup}_isqrt preln_{warmup,nowarmup}_isqrt prenofinal_{warmup,nowarmup}_isqrt \
+        deepnorm_{warmup,nowarmup}_isqrt admin_{warmup,nowarmup}_isqrt rezero_{warmup,nowarmup}_isqrt
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lnrepro.config import REPO_ROOT, experiment, load_config
@@ -51,6 +61,19 @@ def table(out: Path, runs: list[str], updates: list[int]) -> str:
     return "\n".join(rows)
 
 
+def summary(out: Path, runs: list[str], updates: list[int]) -> str:
+    """One row per run: the loss at ``updates`` and whether (and where) it diverged."""
+    rows = ["| run | " + " | ".join(f"loss at {u}" for u in updates) + " | diverged |", "|" + "---|" * (len(updates) + 2)]
+    for run in runs:
+        records = [json.loads(line) for line in (out / run / "train.jsonl").read_text().splitlines()]
+        steps = {r["update"]: r["loss"] for r in records if r.get("kind") == "step"}
+        diverged = [r for r in records if r.get("kind") == "diverged"]
+        cells = [f"{steps[u]:.3f}" if u in steps else "-" for u in updates]
+        where = f"yes, at update {diverged[0].get('update', '?')}" if diverged else "no"
+        rows.append(f"| {run} | " + " | ".join(cells) + f" | {where} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bpe", type=Path, required=True, help="an encoded corpus: results/{exp}/data/bpe")
@@ -62,16 +85,19 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--show", type=int, nargs="+", default=[1, 2, 5, 10, 25, 50, 100])
+    ap.add_argument("--summary", type=int, nargs="+", help="instead of the table: the loss at these updates per run")
+    ap.add_argument("--jobs", type=int, default=2, help="trainings at once (one thread each)")
     args = ap.parse_args()
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "lnrepro", "train", "--config", str(cfg), "--bpe", str(args.bpe),
-                          "--run-dir", str(cfg.parent), "--threads", "1"],
-                         stdout=subprocess.DEVNULL, stderr=open(cfg.parent / "train.log", "w"))
-        for cfg in write_configs(args)
-    ]
-    if any(p.wait() for p in procs):
-        sys.exit(f"a training failed: see {args.out}/*/train.log")
-    print(table(args.out, args.runs, args.show))
+    def train(cfg: Path) -> int:
+        with open(cfg.parent / "train.log", "w") as log:
+            return subprocess.run([sys.executable, "-m", "lnrepro", "train", "--config", str(cfg), "--bpe",
+                                   str(args.bpe), "--run-dir", str(cfg.parent), "--threads", "1"],
+                                  stdout=subprocess.DEVNULL, stderr=log).returncode
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        if any(pool.map(train, write_configs(args))):
+            sys.exit(f"a training failed: see {args.out}/*/train.log")
+    print(summary(args.out, args.runs, args.summary) if args.summary else table(args.out, args.runs, args.show))
 
 
 if __name__ == "__main__":
