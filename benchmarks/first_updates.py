@@ -34,7 +34,8 @@ SHOW = [("encoder", "self_attn"), ("encoder", "ffn"), ("decoder", "self_attn"), 
 
 
 def write_configs(args: argparse.Namespace) -> list[Path]:
-    x = experiment(load_config([REPO_ROOT / "config.yaml", *args.configfile]))
+    c = load_config([REPO_ROOT / "config.yaml", *args.configfile])
+    x = experiment({**c, "select": args.runs, "grids": {}})  # the runs asked for, whatever the preset selects
     paths = []
     for run in args.runs:
         s = x.run_config(run, args.seed)

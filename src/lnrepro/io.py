@@ -219,6 +219,15 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def process_cpu_s() -> float:
+    """CPU-seconds (user + system) this process has used since it started, its imports included: what a job
+    costs beside its wall-clock, which moves with whatever else runs on the machine (issue 21)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def where_ran(device: str | None = None) -> dict[str, Any]:
     """Host, device and SLURM job id (when there is one) for the JSON a job writes."""
     return {

@@ -100,7 +100,8 @@ class EpochManifest(Record):
     epoch: the epoch, from 1. status: ``ok`` (weights saved), ``diverged`` or ``stopped`` (not trained).
     weights: the weights file relative to the run folder (``state/epochs/epochNNN.pt``), sha256: its digest
     (both None unless ok). updates: updates done at the end of the epoch (at the end of training when not
-    trained). wall_s: training wall-clock of the retained work so far. partial: the epoch ended early (at
+    trained). wall_s: training wall-clock of the retained work so far; cpu_s: its CPU-seconds (the updates'
+    process time; absent in a manifest of an older lnrepro). partial: the epoch ended early (at
     ``train.max_updates``). run, seed: the run. config_sha256: sha256 of the run's config.json. where_ran:
     host, device, slurm_job_id. reason: why the epoch was not trained (the divergence's detail, or
     ``max_updates``); absent when ok. data_sha256: sha256 of each data file the weights were trained with
@@ -109,7 +110,7 @@ class EpochManifest(Record):
     """
 
     STATUSES: ClassVar[tuple[RunStatus, ...]] = (RunStatus.OK, RunStatus.DIVERGED, RunStatus.STOPPED)
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"reason", "data_sha256"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"reason", "data_sha256", "cpu_s"})
 
     epoch: int
     status: RunStatus
@@ -124,6 +125,7 @@ class EpochManifest(Record):
     where_ran: dict[str, Any]
     reason: str | None = None
     data_sha256: dict[str, str] | None = None
+    cpu_s: float | None = None
 
     def weights_file(self, run_dir: str | Path, where: str | Path) -> Path:
         """The checkpoint's weights file under ``run_dir``, its sha256 checked against this manifest (``where``:
@@ -174,14 +176,15 @@ class CheckpointScores(Record):
     verified before loading; manifest: the manifest's path. decode: per split, the decoding options used.
     label_smoothing: epsilon of the validation loss. model_config: the checkpoint's ModelConfig (absent when
     not ok). threads, torch: torch's intra-op threads and version. where_ran: host, device, slurm_job_id.
-    wall_s: wall-clock of the whole job. splits: per split its ``SplitScores``, None when not ok.
+    wall_s: wall-clock of the whole job; cpu_s: the job process's CPU-seconds, its start and imports included
+    (absent in a score file of an older lnrepro). splits: per split its ``SplitScores``, None when not ok.
     inputs_sha256: sha256 of every file the scores were computed from, by name (the scoring slice; when ok
     also ``spm.model``, each split's ``{split}.de.ids``, ``{split}.en.ids``, references ``{split}.en`` and
     ``{split}.raw.en``; the weights are ``weights_sha256``); absent in a score file of an older lnrepro.
     """
 
     STATUSES: ClassVar[tuple[RunStatus, ...]] = EpochManifest.STATUSES
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config", "inputs_sha256"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config", "inputs_sha256", "cpu_s"})
 
     epoch: int
     status: RunStatus
@@ -200,6 +203,7 @@ class CheckpointScores(Record):
     splits: dict[str, SplitScores | None]
     model_config: dict[str, Any] | None = None
     inputs_sha256: dict[str, str] | None = None
+    cpu_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -224,11 +228,14 @@ class RunSummary(Record):
     when nothing was logged). updates: updates done. epochs_completed: epochs trained to their end; epochs:
     the configured epochs. diverged: the ``Divergence``, None unless diverged. train_s: training wall-clock of
     the retained work; wall_s_all_attempts: wall-clock of every attempt summed; attempts: their number.
+    train_cpu_s: CPU-seconds of the retained updates; cpu_s_all_attempts: the job processes' CPU-seconds, every
+    attempt summed, start-up and checkpoints included (both absent in a summary of an older lnrepro).
     target_tokens_per_epoch, target_tokens_trained: target tokens of one epoch and of the updates done;
     tokens_per_s: the latter over train_s. where_ran: host, device, slurm_job_id.
     """
 
     STATUSES: ClassVar[tuple[RunStatus, ...]] = (RunStatus.COMPLETED, RunStatus.DIVERGED, RunStatus.MAX_UPDATES)
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"train_cpu_s", "cpu_s_all_attempts"})
     FINITE: ClassVar[bool] = True
 
     run: str
@@ -248,6 +255,8 @@ class RunSummary(Record):
     target_tokens_trained: int
     tokens_per_s: float | None
     where_ran: dict[str, Any]
+    train_cpu_s: float | None = None
+    cpu_s_all_attempts: float | None = None
 
 
 @dataclass(frozen=True)

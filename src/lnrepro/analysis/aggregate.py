@@ -88,6 +88,8 @@ def epoch_table(results: Results, experiment: Experiment) -> pd.DataFrame:
                 "updates": _num(_field(man, "updates")),
                 "train_wall_s": _num(_field(man, "wall_s")),
                 "eval_wall_s": _num(_field(ev, "wall_s")),
+                "train_cpu_s": _num(_field(man, "cpu_s")),
+                "eval_cpu_s": _num(_field(ev, "cpu_s")),
             }
             ev_splits = _field(ev, "splits") or {}
             for sp in splits:
@@ -97,7 +99,7 @@ def epoch_table(results: Results, experiment: Experiment) -> pd.DataFrame:
                     row[f"{sp}_{m}"] = _num(_field(scores, m)) if status == STATUS_OK else math.nan
             rows.append(row)
     cols = ["run", "seed", "epoch", "status", "train_status", "eval_status", "updates", "train_wall_s",
-            "eval_wall_s"] + [f"{sp}_{m}" for sp in splits for m in SPLIT_METRICS]
+            "eval_wall_s", "train_cpu_s", "eval_cpu_s"] + [f"{sp}_{m}" for sp in splits for m in SPLIT_METRICS]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -112,7 +114,7 @@ def run_epoch_table(epochs: pd.DataFrame) -> pd.DataFrame:
     ``status`` is ok (all seeds scored), diverged (all diverged), partial (some diverged) or missing."""
     if epochs.empty:
         return pd.DataFrame(columns=["run", "epoch", "n_seeds", "n_ok", "n_diverged", "status"])
-    value_cols = ["updates", "train_wall_s", "eval_wall_s"] + metric_columns(epochs)
+    value_cols = ["updates", "train_wall_s", "eval_wall_s", "train_cpu_s", "eval_cpu_s"] + metric_columns(epochs)
     out_rows = []
     for (run, ep), g in epochs.groupby(["run", "epoch"], sort=False):
         n, n_ok = len(g), int((g["status"] == STATUS_OK).sum())
@@ -209,6 +211,10 @@ def wallclock_table(results: Results, epochs: pd.DataFrame, curves: pd.DataFrame
             "wall_s_all_attempts": _num(_field(summary, "wall_s_all_attempts")),
             "tokens_per_s": tps, "attempts": attempts,
             "eval_wall_s": g["eval_wall_s"].sum(min_count=1) if len(g) else math.nan,
+            # CPU-seconds beside the wall-clock (issue 21): equal work costs equal CPU time, whatever else ran
+            "train_cpu_s": _num(_field(summary, "train_cpu_s")),
+            "cpu_s_all_attempts": _num(_field(summary, "cpu_s_all_attempts")),
+            "eval_cpu_s": g["eval_cpu_s"].sum(min_count=1) if len(g) else math.nan,
             "threads": rj.get("threads"), "precision": rj.get("precision"),
             "host": str(ran.get("host") or ""), "device": str(ran.get("device") or ""),
         })

@@ -213,13 +213,12 @@ def main(args: argparse.Namespace) -> None:
 
 
 def _epoch_padding(corpus: "Corpus", sizes: list["Size"]) -> dict:
-    """Padded fraction of one epoch's training batches (max_tokens 4096), per size (each has its own BPE)."""
+    """Padded fraction of one epoch's training batches (each size's max_tokens), per size (each has its own BPE)."""
     from .batches import epoch_padding
-    from .sizes import MAX_TOKENS
     from .train import SEED
 
     out = {}
     for size in sizes:
         src, tgt = corpus.pairs(size.vocab, "train")
-        out[size.name] = epoch_padding(src, tgt, MAX_TOKENS, SEED)
+        out[size.name] = epoch_padding(src, tgt, size.max_tokens, SEED)
     return out

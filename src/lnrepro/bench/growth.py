@@ -19,7 +19,7 @@ from ..train.batching import epoch_order
 from .batches import index_batches, make_batch
 from .corpus import Corpus
 from .score import first_test_sentences, scoring_job
-from .sizes import MAX_TOKENS, SIZES, Size
+from .sizes import SIZES, Size
 from .timing import interleave, log, summary, timed
 from .train import SEED, project_optimizer, project_step
 
@@ -34,7 +34,7 @@ def epoch_growth(corpus: Corpus, pair_counts: list[int], reps: int) -> list[dict
     for n in pair_counts:
         s, t = src[:n], tgt[:n]
         batches, setup_s = timed(lambda: [make_batch([s[i] for i in idx], [t[i] for i in idx])
-                                          for idx in index_batches(s, t, MAX_TOKENS, SEED)])
+                                          for idx in index_batches(s, t, size.max_tokens, SEED)])
         torch.manual_seed(SEED)
         model = Transformer(size.config()).train()
         opt = project_optimizer(model)

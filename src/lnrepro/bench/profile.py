@@ -18,7 +18,7 @@ from ..model import Transformer, load_model
 from .batches import sample_batches
 from .corpus import Corpus
 from .score import DECODE
-from .sizes import MAX_TOKENS, Size
+from .sizes import Size
 from .timing import log, timed
 from .train import SEED, project_optimizer, project_step
 
@@ -39,7 +39,7 @@ def _record(prof: profile, name: str, out_dir: Path, wall_s: float) -> dict:
 def profile_training(corpus: Corpus, size: Size, precisions: list[str], out_dir: Path) -> list[dict]:
     """One profiled project training step per precision on a real batch, after one warm-up step."""
     src, tgt = corpus.pairs(size.vocab, "train")
-    (batch,) = sample_batches(src, tgt, 1, MAX_TOKENS, SEED)
+    (batch,) = sample_batches(src, tgt, 1, size.max_tokens, SEED)
     torch.manual_seed(SEED)
     model = Transformer(size.config()).train()
     opt = project_optimizer(model)

@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # lnrepro.model imports torch; the CLI reads SIZES to build i
     from ..model import ModelConfig
 
 
+MAX_TOKENS = 4096  # config.yaml defaults.train.max_tokens (the paper's batch)
+
+
 @dataclass(frozen=True)
 class Size:
     """One model shape: ModelConfig fields (vocabulary apart) and the vocabulary its BPE is learned with."""
@@ -23,6 +26,7 @@ class Size:
     vocab: int
     model: dict = field(default_factory=dict)
     about: str = ""
+    max_tokens: int = MAX_TOKENS  # the training batch of the configuration it stands for
 
     def config(self, norm: str = "pre") -> "ModelConfig":
         """The project's ModelConfig; Pre-LN by default, the placement the reference (norm_first=True) has."""
@@ -38,6 +42,10 @@ SIZES: dict[str, Size] = {
     # config.yaml defaults: transformer_iwslt_de_en
     "paper": Size("paper", 10000, {"encoder_layers": 6, "decoder_layers": 6, "d_model": 512, "heads": 4,
                                    "ffn_dim": 1024}, "paper: 6+6 layers, d_model 512, 4 heads, FFN 1024"),
+    # presets/study-cpu.yaml: the published CPU study (issue 21: the size this machine trains), 2,048-token batches
+    "study": Size("study", 4000, {"encoder_layers": 6, "decoder_layers": 6, "d_model": 64, "heads": 4,
+                                  "ffn_dim": 128}, "CPU study preset: 6+6 layers, d_model 64, 4 heads, FFN 128, "
+                                  "2,048-token batches", max_tokens=2048),
     # presets/demo.yaml: what --quick and the growth measurements use
     "tiny": Size("tiny", 600, {"encoder_layers": 2, "decoder_layers": 2, "d_model": 64, "heads": 4,
                                "ffn_dim": 128}, "demo preset: 2+2 layers, d_model 64, 4 heads, FFN 128"),
@@ -51,7 +59,6 @@ LABEL_SMOOTHING = OPTIM.label_smoothing
 # evaluated once per update)
 CONSTANT = ScheduleSettings(warmup=False, decay="constant", warmup_updates=None, anchor_updates=None,
                             decay_epochs=None, decay_factor=None)
-MAX_TOKENS = 4096  # config.yaml defaults.train.max_tokens (the paper's batch)
 BATCH_MULTIPLE = 8  # train.required_batch_size_multiple
 # config.yaml defaults.eval (the Multi30k preset keeps it): every split decoded alike, both splits scored
 DECODING = {"beam": 5, "lenpen": 1.2, "max_len_a": 0, "max_len_b": 200, "precision": "fp32"}

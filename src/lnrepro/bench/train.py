@@ -20,7 +20,7 @@ from ..train.step import StepSettings, train_step
 from .batches import Batch, padded_fraction, sample_batches
 from .corpus import Corpus
 from .reference import ReferenceTransformer, reference_optimizer, reference_step
-from .sizes import CONSTANT, MAX_TOKENS, OPTIM, Size
+from .sizes import CONSTANT, OPTIM, Size
 from .timing import ab, interleave, log
 
 SEED = 1
@@ -55,7 +55,7 @@ def measure_training(corpus: Corpus, sizes: list[Size], precisions: list[str], r
     rows = []
     for size in sizes:
         src, tgt = corpus.pairs(size.vocab, "train")
-        batches = sample_batches(src, tgt, reps + 1, MAX_TOKENS, SEED)
+        batches = sample_batches(src, tgt, reps + 1, size.max_tokens, SEED)
         timed_batches = batches[1:]
         cfg = size.config()
         torch.manual_seed(SEED)

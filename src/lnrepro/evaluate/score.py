@@ -30,7 +30,7 @@ import torch
 
 from ..config.settings import ScoreSettings, SplitDecoding
 from ..errors import LnReproError
-from ..io import atomic_write_lines, cpu_name, file_sha256, read_json, read_lines, where_ran
+from ..io import atomic_write_lines, cpu_name, file_sha256, process_cpu_s, read_json, read_lines, where_ran
 from ..paths import RunFolder
 from ..records import CheckpointScores, EpochManifest, RunStatus, SplitScores
 from ..train.batching import collate, read_ids
@@ -236,7 +236,7 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
         for split in splits:
             atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), [])
         record = CheckpointScores(**common, splits={split: None for split in splits}, inputs_sha256=inputs,
-                                  wall_s=time.perf_counter() - t0)
+                                  wall_s=time.perf_counter() - t0, cpu_s=process_cpu_s())
         record.write(out_json)
         return record
 
@@ -249,6 +249,6 @@ def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_di
     read = [bpe_dir / "spm.model", *(f for split in splits for f in split_files(bpe_dir, prepared_dir, split))]
     record = CheckpointScores(**common, model_config=dataclasses.asdict(model.cfg), splits=scores.splits,
                               inputs_sha256={**inputs, **{f.name: file_sha256(f) for f in read}},
-                              wall_s=time.perf_counter() - t0)
+                              wall_s=time.perf_counter() - t0, cpu_s=process_cpu_s())
     record.write(out_json)
     return record

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from ..errors import LnReproError
 from ..config import RunConfig
-from ..io import atomic_torch_save, cpu_name, file_sha256, finite_json, where_ran
+from ..io import atomic_torch_save, cpu_name, file_sha256, finite_json, process_cpu_s, where_ran
 from ..model import Transformer, weights_blob
 from ..paths import EXPERIMENT_JSON, RunFolder
 from ..records import Divergence, EpochManifest, RunRecord, RunStatus, RunSummary
@@ -180,6 +180,7 @@ class _Trainer:
         self.update = 0  # updates done (fairseq num_updates); the next update is t = self.update
         self.epoch, self.pos = 1, 0  # epoch in progress (from 1) and batches of it done
         self.train_s = 0.0  # training time of the retained work (restored on resume)
+        self.train_cpu_s = 0.0  # its CPU time (process time; restored on resume)
         self.tokens_done = 0  # target tokens of the retained updates
         self.epoch_records: list[dict[str, Any]] = []
         self.end: dict[str, Any] | None = None  # {"reason": a RunStatus's value of RunSummary.STATUSES, ...}
@@ -191,6 +192,7 @@ class _Trainer:
             self.optimizer.load_state_dict(r["optimizer"])
             self.update, self.epoch, self.pos = r["update"], r["epoch"], r["pos"]
             self.train_s, self.epoch_records, self.end = r["train_s"], r["epoch_records"], r["end"]
+            self.train_cpu_s = r.get("train_cpu_s", 0.0)  # a state of an older lnrepro has none
             self.tokens_done = r["tokens_done"]
             self.last_loss = r.get("last_loss", {})
             restore_rng(r["rng"])
@@ -224,7 +226,7 @@ class _Trainer:
         self.state_dir.save_last({
             "digest": self.digest["digest"], "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(), "update": self.update, "epoch": self.epoch, "pos": self.pos,
-            "train_s": self.train_s, "tokens_done": self.tokens_done, "epoch_records": self.epoch_records, "end": self.end,
+            "train_s": self.train_s, "train_cpu_s": self.train_cpu_s, "tokens_done": self.tokens_done, "epoch_records": self.epoch_records, "end": self.end,
             "last_loss": self.last_loss, "rng": capture_rng(),
         })
 
@@ -232,10 +234,11 @@ class _Trainer:
         path = self.state_dir.epoch_weights(self.epoch)
         atomic_torch_save(weights_blob(self.model), path)
         rec = {"epoch": self.epoch, "status": RunStatus.OK.value, "weights": RunFolder().epoch_weights(self.epoch),
-               "sha256": file_sha256(path), "updates": self.update, "wall_s": self.train_s, "partial": partial}
+               "sha256": file_sha256(path), "updates": self.update, "wall_s": self.train_s, "cpu_s": self.train_cpu_s,
+               "partial": partial}
         self.epoch_records.append(rec)
         self.log.write({"kind": "epoch", "attempt": self.attempt, **rec,
-                        "wall_s_attempt": time.time() - self.t_start, "time": time.time()})
+                        "wall_s_attempt": time.time() - self.t_start, "cpu_s": process_cpu_s(), "time": time.time()})
 
     # ---- training ---------------------------------------------------------------------------------------------
 
@@ -249,7 +252,7 @@ class _Trainer:
             bar = self.bar = tqdm(total=nb, initial=self.pos, desc=f"epoch {self.epoch}/{self.epochs}", file=sys.stderr,
                                   leave=True, dynamic_ncols=True)
             while self.pos < nb:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 batch = self.batches[order[self.pos]]
                 ntok = batch.ntok
                 batch = Batch(*(x.to(self.device, non_blocking=True) for x in batch[:3]), ntok)
@@ -266,6 +269,7 @@ class _Trainer:
                 self.update += 1
                 self.pos += 1
                 self.train_s += time.perf_counter() - t0
+                self.train_cpu_s += time.process_time() - c0
                 lrs.append(lr)
                 tok_since += ntok
                 self.tokens_done += ntok
@@ -278,7 +282,8 @@ class _Trainer:
                                     "epoch": self.epoch, "loss": loss, "nll": nll, "lr": lr, "lrs": lrs,
                                     "target_tokens": ntok, "tokens_per_s": tok_since / max(now - t_since, 1e-9),
                                     "grad_norm": step.grad_norm, "grad_norms": step.grad_norms,
-                                    "train_s": self.train_s, "wall_s": time.time() - self.t_start,
+                                    "train_s": self.train_s, "train_cpu_s": self.train_cpu_s,
+                                    "wall_s": time.time() - self.t_start, "cpu_s": process_cpu_s(),
                                     "time": time.time()})
                     bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", refresh=False)
                     lrs, tok_since, t_since = [], 0, now
@@ -325,7 +330,7 @@ class _Trainer:
             else:
                 manifest = EpochManifest(
                     epoch=ep, status=RunStatus.DIVERGED if diverged else RunStatus.STOPPED, weights=None,
-                    sha256=None, updates=self.update, wall_s=self.train_s, partial=False,
+                    sha256=None, updates=self.update, wall_s=self.train_s, cpu_s=self.train_cpu_s, partial=False,
                     reason=end.get("detail", end["reason"]), **own)
             out[names.epoch_manifest(ep)] = manifest.text().encode()
         out[names.train_jsonl] = "".join(json.dumps(finite_json(r)) + "\n" for r in records).encode()
@@ -336,6 +341,12 @@ class _Trainer:
             if w is not None:
                 attempt_wall[r["attempt"]] = max(attempt_wall.get(r["attempt"], 0.0), w)
         attempt_wall[self.attempt] = time.time() - self.t_start
+        # CPU-seconds of every attempt: the newest process CPU time each attempt logged (this one's: now)
+        attempt_cpu: dict[int, float] = {}
+        for r in records:
+            if r.get("cpu_s") is not None:
+                attempt_cpu[r["attempt"]] = max(attempt_cpu.get(r["attempt"], 0.0), r["cpu_s"])
+        attempt_cpu[self.attempt] = process_cpu_s()
         commit, dirty = git_commit()
         out[names.run_json] = RunRecord(
             run=self.cfg.run, seed=self.seed, config=self.cfg.to_dict(), config_sha256=config_sha256,
@@ -360,6 +371,7 @@ class _Trainer:
             train_s=self.train_s, wall_s_all_attempts=sum(attempt_wall.values()), attempts=self.attempt,
             target_tokens_per_epoch=sum(b.ntok for b in self.batches), target_tokens_trained=self.tokens_done,
             tokens_per_s=self.tokens_done / self.train_s if self.train_s > 0 else None, where_ran=ran,
+            train_cpu_s=self.train_cpu_s, cpu_s_all_attempts=sum(attempt_cpu.values()),
         ).text().encode()
         return out
 
@@ -382,7 +394,7 @@ def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int,
             trainer.run()
             trainer.log.write({"kind": "finished", "attempt": trainer.attempt,
                                "status": (trainer.end or {}).get("reason"), "update": trainer.update,
-                               "wall_s": time.time() - trainer.t_start, "time": time.time()})
+                               "wall_s": time.time() - trainer.t_start, "cpu_s": process_cpu_s(), "time": time.time()})
             outputs = trainer.outputs()
             state_dir.finish(outputs, digest)  # first into state/, so a kill from here on loses nothing
             write_outputs(run_dir, outputs)
