@@ -25,17 +25,15 @@ from lnrepro.model.variants.admin import Admin
 from lnrepro.norms import norm_variant
 from lnrepro.train.loss import label_smoothed_nll_loss
 from lnrepro.vocab import PAD
+from variant_models import TINY, VOCAB, tiny_model
 
 torch.set_num_threads(1)
 
-VOCAB = 40
-TINY = dict(encoder_layers=2, decoder_layers=3, d_model=16, heads=2, ffn_dim=32, max_positions=64)
 DROPOUTS = dict(dropout=0.1, attention_dropout=0.1, activation_dropout=0.1)  # every dropout of the model drawn
 
 
 def model_of(seed: int = 0, **kw) -> Transformer:
-    torch.manual_seed(seed)
-    return Transformer(ModelConfig(vocab_size=VOCAB, norm="admin", **{**TINY, **DROPOUTS, **kw}))
+    return tiny_model("admin", seed, **{**DROPOUTS, **kw})
 
 
 def batch_of(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

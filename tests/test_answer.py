@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from lnrepro import config
+from lnrepro.analysis import aggregate as ag
 from lnrepro.analysis import answer as an
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,11 +126,11 @@ def test_decomposition_adds_up_to_the_gap(answer):
 def test_end_point(answer):
     e = answer.endpoint.set_index(["run", "metric"])
     post = e.loc[("postln_warmup_isqrt", "valid_loss_base2")]
-    assert post["slope"] == pytest.approx(-0.25) and post["state"] == an.IMPROVING and not post["annealed"]
+    assert post["slope"] == pytest.approx(-0.25) and post["state"] == ag.IMPROVING and not post["annealed"]
     pre = e.loc[("preln_nowarmup_step8", "valid_loss_base2")]  # flat at 5 and step-decayed: annealed
     assert pre["slope"] == pytest.approx(0.0, abs=1e-9) and pre["annealed"] and pre["state"] == an.ANNEALED
     flat = e.loc[("preln_warmup_isqrt", "valid_loss_base2")]  # flat, isqrt: converged
-    assert flat["state"] == an.CONVERGED and flat["epochs"] == "17-20"  # analysis.report.convergence_window 4
+    assert flat["state"] == ag.CONVERGED and flat["epochs"] == "17-20"  # analysis.report.convergence_window 4
     gap = answer.endpoint_gap.set_index(["pair", "metric"]).loc[("figure4", "valid_loss_base2")]
     assert gap["gap"] == pytest.approx(5.0 - 5.0) and gap["could_change"] == pytest.approx(5 * 0.25)
     assert bool(gap["could_change_sign"])

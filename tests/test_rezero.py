@@ -17,23 +17,21 @@ from conftest import fake_bpe, tiny_experiment
 from lnrepro.analysis.gradinit import run_gradinit
 from lnrepro.analysis.gradinit_fit import depth_table, headline, layer_table
 from lnrepro.analysis.plots import plot_gradinit, plot_gradinit_depth
-from lnrepro.model import ModelConfig, Transformer
+from lnrepro.model import Transformer
 from lnrepro.norms import norm_variant
 from lnrepro.train.batching import collate, read_ids
 from lnrepro.train.loop import train_run
 from lnrepro.train.loss import label_smoothed_nll_loss
 from lnrepro.vocab import PAD
 from test_train import write_config
+from variant_models import TINY, VOCAB, tiny_model
 
 torch.set_num_threads(1)
 
-VOCAB = 40
-TINY = dict(encoder_layers=2, decoder_layers=3, d_model=16, heads=2, ffn_dim=32, max_positions=64)
 
 
 def model(norm: str = "rezero", seed: int = 0, **over) -> Transformer:
-    torch.manual_seed(seed)
-    return Transformer(ModelConfig(vocab_size=VOCAB, norm=norm, **{**TINY, **over}))
+    return tiny_model(norm, seed, **over)
 
 
 def test_description():

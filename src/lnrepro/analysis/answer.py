@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from ..config.settings import FACTOR_KEYS, Experiment, ReportSettings
-from .aggregate import ANNEALED, CONVERGED, IMPROVING, UNDETERMINED, WORSENING, slope_label
+from .aggregate import ANNEALED, IMPROVING, UNDETERMINED, WORSENING, slope_label
 from .budget import LEVEL, OK, mean_interval
 from .effects import welch
 from .tables import grid_of
