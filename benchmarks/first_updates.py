@@ -96,8 +96,9 @@ def main() -> None:
                                   stdout=subprocess.DEVNULL, stderr=log).returncode
 
     with ThreadPoolExecutor(args.jobs) as pool:
-        if any(pool.map(train, write_configs(args))):
-            sys.exit(f"a training failed: see {args.out}/*/train.log")
+        failed = [code for code in pool.map(train, write_configs(args)) if code]  # every training runs
+    if failed:
+        sys.exit(f"{len(failed)} training(s) failed: see {args.out}/*/train.log")
     print(summary(args.out, args.runs, args.summary) if args.summary else table(args.out, args.runs, args.show))
 
 
