@@ -38,15 +38,23 @@ if TYPE_CHECKING:
 # File names of the figures (workflow/report/<stem>.rst holds each caption).
 
 # Per norm variant, by its position in NORMS (post, pre, then any other): line style, and colour in gradinit.
-# Six distinct ones for the six registered variants (post, pre, pre_nofinal, deepnorm, admin, rezero), then again.
-_NORM_LINESTYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
+# Six distinct ones for the six registered variants (post, pre, pre_nofinal, deepnorm, admin, rezero), then again;
+# each with the word the report's text uses for it.
+_NORM_LINESTYLES: list[tuple[Any, str]] = [("-", "solid"), ("--", "dashed"), (":", "dotted"), ("-.", "dash-dotted"),
+                                            ((0, (5, 1, 1, 1, 1, 1)), "dash-dot-dotted"), ((0, (1, 3)), "loosely dotted")]
 _NORM_COLORS = ["tab:red", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive"]
 
 
 def norm_style(norm: str | None) -> dict[str, Any]:
     """Line style and colour of a norm variant; those of the first registered one when ``norm`` is unknown."""
     i = list(NORMS).index(norm) if norm in NORMS else 0
-    return {"linestyle": _NORM_LINESTYLES[i % len(_NORM_LINESTYLES)], "color": _NORM_COLORS[i % len(_NORM_COLORS)]}
+    return {"linestyle": _NORM_LINESTYLES[i % len(_NORM_LINESTYLES)][0], "color": _NORM_COLORS[i % len(_NORM_COLORS)]}
+
+
+def norm_line_words(norm: str | None) -> str:
+    """The word for a variant's line style ("solid", "dashed", ...), as the report's text names it."""
+    i = list(NORMS).index(norm) if norm in NORMS else 0
+    return _NORM_LINESTYLES[i % len(_NORM_LINESTYLES)][1]
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:

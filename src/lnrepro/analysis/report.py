@@ -39,11 +39,8 @@ from .confounds import flatten, write_confounds
 from .deviations import config_deviations, recipe_notes, unstated_rows
 from .effects import LEVEL_WORDS
 from .gradinit_fit import headline, init_rows, series_label
-from .plots import make_figures, norm_style
+from .plots import make_figures, norm_line_words
 from .results import read_results
-
-# How the figures' line styles (plots.norm_style) read in a sentence.
-_STYLE_WORDS = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dotted"}
 
 _NUMBER = re.compile(r"^[-+]?(\d|\.\d|inf|nan)", re.IGNORECASE)
 
@@ -189,7 +186,7 @@ def _confounds(page: Page) -> dict[str, Any]:
 def _stability(page: Page) -> dict[str, Any]:
     agg = page.data.agg
     shown = {page.experiment.runs[run].model.norm for run in page.experiment.select}  # the variants drawn
-    styles = ", ".join(f"{v.label} {_STYLE_WORDS[norm_style(name)['linestyle']]}" for name, v in NORMS.items()
+    styles = ", ".join(f"{v.label} {norm_line_words(name)}" for name, v in NORMS.items()
                        if name in shown)
     return {"divergence": agg.divergence, "early_updates": agg.early_updates, "styles": styles,
             "layers": page.figure("grad_layers", "per-layer gradient norms early in training"),
