@@ -213,7 +213,8 @@ def variant_view(v: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"variant run": v["variant_run"], "against": v["base_run"], "metric": v["metric"],
                         "variant": v["variant_mean"].map(lambda x: f"{x:.3g}"),
                         "base": v["base_mean"].map(lambda x: f"{x:.3g}"),
-                        "difference [95% Welch]": [f"{d:+.3g} [{lo:.3g}, {hi:.3g}]" for d, lo, hi in
-                                                    zip(v["difference"], v["ci_low"], v["ci_high"])],
+                        "difference [95% Welch]": [f"{d:+.3g} " + (f"[{lo:.3g}, {hi:.3g}]" if math.isfinite(lo) else
+                                                                     "(no interval: one seed on a side)")
+                                                    for d, lo, hi in zip(v["difference"], v["ci_low"], v["ci_high"])],
                         "seeds": v["seeds"], "differences": v["differences"]})
     return out.reset_index(drop=True)
