@@ -351,7 +351,11 @@ def test_the_demo_selects_the_cells_and_two_trials_per_arm() -> None:
     assert x.select[:8] == tuple(cfg.load_config([REPO / "config.yaml"])["select"]) and x.epochs >= 3
     assert all(x.seeds_of(run) == (1, 2) for run in x.select[:8])
     assert {g: len(s.runs) for g, s in x.grids.items()} == {"tune_postln": 2, "tune_preln": 2}
-    assert all(s.seeds == (1,) for s in x.grids.values()) and len(x.select) == 12
+    assert all(s.seeds == (1,) for s in x.grids.values()) and len(x.select) == 16
+    # then each further variant once without warm-up, one seed (run_seeds)
+    variants = x.select[12:]
+    assert {x.runs[r].model.norm for r in variants} == {"pre_nofinal", "deepnorm", "admin", "rezero"}
+    assert all(x.seeds_of(r) == (1,) and not x.runs[r].schedule.warmup for r in variants)
 
 
 @pytest.mark.parametrize(
