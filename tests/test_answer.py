@@ -151,3 +151,14 @@ def test_no_figure4_pair_says_so(tmp_path):
     a = an.answer(exp, epochs_table().query("run == 'postln_warmup_isqrt'"), "valid")
     assert a.pair is None and all(t.empty for t in a.tables().values())
     assert "not selected" in an.sentences(a, exp, "valid")[0]
+
+
+def test_an_arm_that_diverged_everywhere_is_said_not_a_crash():
+    """Every seed of Pre-LN without warm-up diverged (no score at any epoch): the Answer says so."""
+    t = epochs_table()
+    dead = t["run"] == "preln_nowarmup_step8"
+    t.loc[dead, "status"] = "diverged"
+    t.loc[dead, ["valid_bleu_tok", "valid_loss_base2"]] = float("nan")
+    a = an.answer(PAPER, t, "valid")
+    text = " ".join(an.sentences(a, PAPER, "valid"))
+    assert "No validation BLEU gap: an arm has no finished seed at any scored epoch." in text

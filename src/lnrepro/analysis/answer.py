@@ -553,9 +553,10 @@ def _other_targets_sentence(a: Answer, metric_bleu: str, metric_loss: str) -> st
 
 
 def _gap_sentence(a: Answer, metric: str, experiment: Experiment) -> str:
-    g = a.gap[a.gap["metric"] == metric]
-    if g.empty:
-        return ""
+    g = a.gap[(a.gap["metric"] == metric) & a.gap["change"].notna()]
+    if g.empty:  # nothing scored yet, or an arm diverged at every scored epoch
+        return (f"No {_metric_words(metric)} gap: an arm has no finished seed at any scored epoch."
+                if (a.gap["metric"] == metric).any() else "")
     last = g[g["epoch"] == g["epoch"].max()].iloc[0]
     big = g.loc[g["change"].abs().idxmax()]
     pre, post = (level_text("norm", experiment.runs[x].model.norm) for x in (a.pair.to_run, a.pair.from_run))
@@ -652,7 +653,7 @@ def sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
     bleu, loss = f"{split}_bleu_tok", f"{split}_loss_base2"
     out = [_verdict(a, experiment, bleu), _speed_sentence(a, experiment, bleu), _other_targets_sentence(a, bleu, loss),
            _gap_sentence(a, bleu, experiment), _gap_sentence(a, loss, experiment)]
-    g = a.gap[a.gap["metric"] == bleu]
+    g = a.gap[(a.gap["metric"] == bleu) & a.gap["change"].notna()]
     if len(g):
         big, last = int(g.loc[g["change"].abs().idxmax(), "epoch"]), int(g["epoch"].max())
         out += [_decomposition_sentence(a, bleu, ep, experiment) for ep in dict.fromkeys((big, last))]
