@@ -106,7 +106,7 @@ def test_only_a_given_after_warmup_run_must_exist() -> None:
     one that names it, without such a run, is refused (a typo would silently skip the measurement)."""
     c = cfg.load_config([REPO / "config.yaml", DEMO])
     c["runs"] = {"only": {"model": {"norm": "pre"}}}
-    c.update(select=["only"], comparisons={}, grids={})
+    c.update(select=["only"], comparisons={}, grids={}, run_seeds={})
     with pytest.raises(LnReproError, match=r"after_warmup_run names 'postln_warmup_isqrt', which is not a run"):
         cfg.validate_config(c)
     del c["analysis"]["gradinit"]["after_warmup_run"]

@@ -289,7 +289,7 @@ def test_findings_open_the_page_and_come_from_the_tables(report):
     exp_dir, _, index, p = report
     text = index.read_text()
     assert re.findall(r'<h2 id="([a-z0-9]+)">', text)[:8] == [
-        "answer", "findings", "run", "figure4", "effects", "tuned", "claims", "confounds"]
+        "answer", "findings", "run", "figure4", "effects", "tuned", "variants", "claims"]
     # the Answer comes before the table of contents: the first screen answers (issue 22)
     assert text.index('<h2 id="answer">') < text.index('<a href="#answer">') < text.index('<h2 id="findings">')
     assert '<h2 id="deviations">' not in text and '<h2 id="assumptions">' in text
