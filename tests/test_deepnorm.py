@@ -30,7 +30,6 @@ from variant_models import TINY, VOCAB, tiny_model
 torch.set_num_threads(1)
 
 
-
 def model(norm: str = "deepnorm", seed: int = 0, **over) -> Transformer:
     return tiny_model(norm, seed, **over)
 

@@ -29,7 +29,6 @@ from variant_models import TINY, VOCAB, tiny_model
 torch.set_num_threads(1)
 
 
-
 def model(norm: str = "rezero", seed: int = 0, **over) -> Transformer:
     return tiny_model(norm, seed, **over)
 
