@@ -530,6 +530,8 @@ def plot_gradinit_depth(gradinit: pd.DataFrame, fit: pd.DataFrame | None, out: P
             xs = np.geomspace(per.index.min(), per.index.max(), 50)
             ax.plot(xs, f["c"] * xs ** f["b"], **st, linewidth=1)
             label += f": b = {f['b']:.2f} [{f['b_low']:.2f}, {f['b_high']:.2f}]"
+        elif (g["value"] == 0).all():  # ReZero at init: every branch times 0 (no point on a log scale)
+            label += ": exactly 0 at initialization, not drawn"
         spread = np.clip([per["mean"] - per["min"], per["max"] - per["mean"]], 0, None)  # rounding: never < 0
         ax.errorbar(per.index, per["mean"], yerr=spread, fmt="o",
                     color=st["color"], capsize=3, markersize=4, label=label)
