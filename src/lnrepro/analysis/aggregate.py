@@ -319,7 +319,13 @@ def slope_label(lo: float, hi: float, tolerance: float, cut: bool) -> str:
     return WORSENING if lo > tolerance else UNDETERMINED
 
 
-def _slope(x: Any, y: Any) -> tuple[float, float, float]:
+def step_cuts(experiment: Experiment, run: str, last: int) -> list[int]:
+    """The epochs at or before ``last`` at whose start a step decay cut ``run``'s learning rate ([] for none)."""
+    s = experiment.runs[run].schedule
+    return [e for e in (s.decay_epochs or ()) if s.decay == "step" and e <= last]
+
+
+def slope_fit(x: Any, y: Any) -> tuple[float, float, float]:
     """A least-squares slope with its standard error and residual degrees of freedom."""
     import numpy as np
 
@@ -339,7 +345,7 @@ def convergence_table(epochs: pd.DataFrame, experiment: Experiment, split: str, 
     ``window`` scored epochs (every seed finished there) with its 95% interval, relative to the window's mean,
     and its label by ``convergence_rule``; ``lr_cut`` names the step decay that cut its learning rate before
     the window ends ("" for none)."""
-    from scipy import stats
+    from .budget import t_quantile
 
     col = f"{split}_nll_base2"
     rows = []
@@ -354,16 +360,16 @@ def convergence_table(epochs: pd.DataFrame, experiment: Experiment, split: str, 
             continue
         g = g[g["seed"].isin(seeds)]
         level = g[col].mean()
-        slopes = [_slope(h["epoch"], h[col]) for _, h in g.groupby("seed")]
+        slopes = [slope_fit(h["epoch"], h[col]) for _, h in g.groupby("seed")]
         if len(slopes) > 1:
             v = [b for b, _, _ in slopes]
             slope, se, df = float(sum(v) / len(v)), float(pd.Series(v).std(ddof=1)) / math.sqrt(len(v)), len(v) - 1
         else:
             slope, se, df = slopes[0]
-        half = float(stats.t.ppf(0.975, df)) * se if df > 0 and not math.isnan(se) else math.nan
-        sched = experiment.runs[run].schedule
-        cut = [k for k in (sched.decay_epochs or ()) if sched.decay == "step" and k <= scored[-1]]
-        lr_cut = (f"x{sched.decay_factor:g} from epoch {', '.join(map(str, cut))}") if cut else ""
+        half = t_quantile(df) * se if not math.isnan(se) else math.nan
+        cut = step_cuts(experiment, run, scored[-1])
+        factor = experiment.runs[run].schedule.decay_factor
+        lr_cut = (f"x{factor:g} from epoch {', '.join(map(str, cut))}") if cut else ""
         lo, hi = (slope - half) / level, (slope + half) / level
         label = slope_label(lo, hi, tolerance, bool(cut))
         first = g[g["epoch"] == scored[0]][col].mean()

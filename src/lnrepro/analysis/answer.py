@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from ..config.settings import FACTOR_KEYS, Experiment, ReportSettings
-from .aggregate import ANNEALED, IMPROVING, UNDETERMINED, WORSENING, slope_label
+from .aggregate import ANNEALED, IMPROVING, UNDETERMINED, WORSENING, slope_fit, slope_label, step_cuts
 from .budget import LEVEL, OK, mean_interval
 from .effects import welch
 from .tables import grid_of
@@ -286,7 +286,8 @@ def time_to_quality(epochs: pd.DataFrame, pairs: Sequence[Pair], split: str, las
 # --- the decomposition of Figure 4's gap
 
 
-def _values(epochs: pd.DataFrame, run: str, epoch: int, col: str) -> list[float]:
+def seed_values(epochs: pd.DataFrame, run: str, epoch: int, col: str) -> list[float]:
+    """``run``'s finished seeds' ``col`` at ``epoch`` (the samples of a Welch contrast)."""
     g = epochs[(epochs["run"] == run) & (epochs["epoch"] == epoch) & (epochs["status"] == OK)][col].dropna()
     return g.astype(float).tolist()
 
@@ -304,7 +305,7 @@ def decomposition(epochs: pd.DataFrame, experiment: Experiment, paths: dict[str,
         for ep in _scored_epochs(epochs, runs, metric):
             for name, steps in paths.items():
                 for i, p in enumerate(steps, 1):
-                    a, b = _values(epochs, p.from_run, ep, metric), _values(epochs, p.to_run, ep, metric)
+                    a, b = seed_values(epochs, p.from_run, ep, metric), seed_values(epochs, p.to_run, ep, metric)
                     d, lo, hi, _ = welch(a, b)
                     f = p.factors[0]
                     rows.append({"epoch": ep, "metric": metric, "path": name, "step": i, "factor": f,
@@ -318,7 +319,7 @@ def gap_table(epochs: pd.DataFrame, pair: Pair, split: str) -> pd.DataFrame:
     rows = []
     for metric in (f"{split}_{m}" for m in METRICS):
         for ep in _scored_epochs(epochs, [pair.from_run, pair.to_run], metric):
-            a, b = _values(epochs, pair.from_run, ep, metric), _values(epochs, pair.to_run, ep, metric)
+            a, b = seed_values(epochs, pair.from_run, ep, metric), seed_values(epochs, pair.to_run, ep, metric)
             d, lo, hi, _ = welch(a, b)
             rows.append({"epoch": ep, "metric": metric, "from_run": pair.from_run, "to_run": pair.to_run,
                          "from_mean": float(np.mean(a)) if a else math.nan,
@@ -332,16 +333,8 @@ def gap_table(epochs: pd.DataFrame, pair: Pair, split: str) -> pd.DataFrame:
 
 def annealed_at(experiment: Experiment, run: str, last: int) -> int | None:
     """The first epoch at which a step decay cut ``run``'s learning rate, when at or before ``last``; else None."""
-    s = experiment.runs[run].schedule
-    if s.decay != "step" or not s.decay_epochs:
-        return None
-    cuts = [e for e in s.decay_epochs if e <= last]
+    cuts = step_cuts(experiment, run, last)
     return min(cuts) if cuts else None
-
-
-def _slope(curve: pd.DataFrame, col: str) -> float:
-    x, y = curve["epoch"].to_numpy(dtype=float), curve[col].to_numpy(dtype=float)
-    return float(np.polyfit(x, y, 1)[0])
 
 
 def endpoint_table(epochs: pd.DataFrame, experiment: Experiment, runs: Sequence[str], split: str,
@@ -359,7 +352,7 @@ def endpoint_table(epochs: pd.DataFrame, experiment: Experiment, runs: Sequence[
             for c in curves.values():
                 c = c[c["epoch"].isin(window)]
                 if len(c) == len(window) and len(window) >= 2:
-                    slopes.append(_slope(c, metric))
+                    slopes.append(slope_fit(c["epoch"], c[metric])[0])
                     lasts.append(float(c[metric].iloc[-1]))
                     rel.append(slopes[-1] / lasts[-1] if lasts[-1] else math.nan)
             s, _, s_lo, s_hi = mean_interval(slopes)
@@ -383,7 +376,8 @@ def endpoint_gap_table(epochs: pd.DataFrame, pairs: Sequence[Pair], endpoint: pd
     rows = []
     for p in pairs:
         for metric in (f"{split}_{m}" for m in METRICS):
-            d, lo, hi, _ = welch(_values(epochs, p.from_run, last, metric), _values(epochs, p.to_run, last, metric))
+            d, lo, hi, _ = welch(seed_values(epochs, p.from_run, last, metric),
+                                 seed_values(epochs, p.to_run, last, metric))
             sa, sb = (float(slope.get((r, metric), math.nan)) for r in (p.from_run, p.to_run))
             change = settings.sign_horizon * max(abs(sa), abs(sb))
             rows.append({"pair": p.name, "metric": metric, "epoch": last, "gap": d, "ci_low": lo, "ci_high": hi,

@@ -17,6 +17,7 @@ from ..config.settings import Experiment
 from ..norms import norm_variant
 from .budget import OK
 from .confounds import flatten
+from .answer import seed_values
 from .effects import welch
 
 BASES = ("post", "pre")  # the paper's two: every other variant is contrasted with both
@@ -48,10 +49,9 @@ def variant_contrasts(epochs: pd.DataFrame, experiment: Experiment, split: str) 
         changes = "; ".join(f"{d.kind}: {d.what}" for d in norm_variant(norm).differences)
         for base, base_run in bases(experiment, run).items():
             for metric in (f"{split}_{m}" for m in METRICS):
-                a, b = (ok[ok["run"] == r].dropna(subset=[metric]) for r in (base_run, run))
-                for epoch in sorted(set(a["epoch"]) & set(b["epoch"])):
-                    x = a[a["epoch"] == epoch][metric].astype(float).tolist()
-                    y = b[b["epoch"] == epoch][metric].astype(float).tolist()
+                a, b = (set(ok[(ok["run"] == r) & ok[metric].notna()]["epoch"]) for r in (base_run, run))
+                for epoch in sorted(a & b):
+                    x, y = (seed_values(epochs, r, epoch, metric) for r in (base_run, run))
                     d, lo, hi, _ = welch(x, y)
                     rows.append({"epoch": int(epoch), "metric": metric, "variant_run": run, "variant": norm,
                                  "base_run": base_run, "base": base, "variant_mean": sum(y) / len(y),
