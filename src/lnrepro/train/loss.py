@@ -33,17 +33,17 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         dtype = _compute_dtype(logits.dtype)
         padded = target.eq(ignore_index)
         rows = (~padded).nonzero().squeeze(1)
-        tgt = target.index_select(0, rows).unsqueeze(1)
+        dense = rows.numel() == target.numel()  # packed logits (Transformer.decode): rows are slices, not copies
+        tgt = (target if dense else target.index_select(0, rows)).unsqueeze(1)
         nll_sum = torch.zeros((), dtype=dtype, device=logits.device)
         smooth_sum = torch.zeros((), dtype=dtype, device=logits.device)
         for start in range(0, rows.numel(), ROWS_PER_CHUNK):
-            chunk = rows[start: start + ROWS_PER_CHUNK]
-            lprobs = torch.log_softmax(logits.index_select(0, chunk).to(dtype), dim=-1)
+            lprobs = torch.log_softmax(_chunk(logits, rows, start, dense).to(dtype), dim=-1)
             nll_sum -= lprobs.gather(1, tgt[start: start + ROWS_PER_CHUNK]).sum()
             smooth_sum -= lprobs.sum()
         loss_sum = (1.0 - eps) * nll_sum + (eps / logits.size(1)) * smooth_sum
         ctx.save_for_backward(logits, rows, tgt, padded.nonzero().squeeze(1))
-        ctx.eps = eps
+        ctx.eps, ctx.dense = eps, dense
         ctx.mark_non_differentiable(nll_sum)
         return loss_sum, nll_sum
 
@@ -51,18 +51,29 @@ class _LabelSmoothedNLL(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor  # type: ignore[override]
                  ) -> tuple[torch.Tensor, None, None, None]:
         logits, rows, tgt, padded_rows = ctx.saved_tensors
-        eps, v = ctx.eps, logits.size(1)
+        eps, v, dense = ctx.eps, logits.size(1), ctx.dense
         dtype = _compute_dtype(logits.dtype)
-        grad = torch.empty_like(logits).index_fill_(0, padded_rows, 0.0)  # every row is written once
+        grad = torch.empty_like(logits)  # every row is written once
+        if not dense:
+            grad.index_fill_(0, padded_rows, 0.0)
         grad_loss = grad_loss.to(dtype)
         on_target = (-(1.0 - eps) * grad_loss).expand(ROWS_PER_CHUNK, 1)
         for start in range(0, rows.numel(), ROWS_PER_CHUNK):
-            chunk = rows[start: start + ROWS_PER_CHUNK]
             # grad_loss * (softmax - eps/V), then - grad_loss * (1 - eps) at the target
-            g = torch.softmax(logits.index_select(0, chunk).to(dtype), dim=-1).sub_(eps / v).mul_(grad_loss)
-            g.scatter_add_(1, tgt[start: start + ROWS_PER_CHUNK], on_target[: chunk.numel()])
-            grad.index_copy_(0, chunk, g.to(grad.dtype))
+            g = torch.softmax(_chunk(logits, rows, start, dense).to(dtype), dim=-1).sub_(eps / v).mul_(grad_loss)
+            g.scatter_add_(1, tgt[start: start + ROWS_PER_CHUNK], on_target[: g.size(0)])
+            if dense:
+                grad[start: start + ROWS_PER_CHUNK] = g  # copy_ casts to the logits' dtype
+            else:
+                grad.index_copy_(0, rows[start: start + ROWS_PER_CHUNK], g.to(grad.dtype))
         return grad, None, None, None
+
+
+def _chunk(logits: torch.Tensor, rows: torch.Tensor, start: int, dense: bool) -> torch.Tensor:
+    """The ROWS_PER_CHUNK rows of ``logits`` from ``start`` in ``rows``: a view when every row is a target."""
+    if dense:
+        return logits[start: start + ROWS_PER_CHUNK]
+    return logits.index_select(0, rows[start: start + ROWS_PER_CHUNK])
 
 
 def label_smoothed_nll_loss(logits_or_lprobs: torch.Tensor, target: torch.Tensor, eps: float,
