@@ -392,6 +392,43 @@ def test_padded_targets_run_as_their_rows(norm):
         alone_loss = alone_loss + label_smoothed_nll_loss(alone, target[i: i + 1, :n], 0.1)[0]
     for a, b in zip(grads, torch.autograd.grad(alone_loss, list(m.parameters()))):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    # packed: the logits of the non-padding positions only, in row-major order; features: before the projection
+    packed = m(src, prev, packed=True)
+    torch.testing.assert_close(packed, logits[target.ne(PAD)], atol=1e-5, rtol=1e-5)
+    features = m(src, prev, packed=True, features=True)
+    assert features.shape == (int(target.ne(PAD).sum()), m.cfg.d_model)
+    torch.testing.assert_close(F.linear(features, m.output_weight), packed, atol=1e-6, rtol=1e-6)
+    with pytest.raises(ValueError, match="packed"):
+        m.decode(prev, m.encode(src), cache=m.new_cache(), packed=True)
+
+
+@pytest.mark.parametrize("masks", ["none", "key_pad", "causal", "key_pad+causal"])
+def test_short_key_rows_padded_with_masked_keys(monkeypatch, masks):
+    """attend pads rows of fewer keys than a CPU vector with masked zero keys (aten's softmax takes a scalar
+    path below one vector): the same attention and gradients, whatever the host's vector width; incremental
+    decoding (one query) and rows of a vector or more are not padded."""
+    import lnrepro.model.transformer as T
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 5, 8, generator=g, dtype=torch.float64).requires_grad_() for _ in range(3))
+    key_pad = None
+    if "key_pad" in masks:
+        key_pad = torch.zeros(3, 5, dtype=torch.bool)
+        key_pad[0, 3:] = True
+    causal = "causal" in masks
+    go = torch.randn(3, 2, 5, 8, generator=g, dtype=torch.float64)
+    results = []
+    for added in (0, 11):
+        monkeypatch.setattr(T, "short_keys", lambda q_, tk, added=added: added)
+        out = T.attend(q, k, v, key_pad, causal, 0.0, False)
+        results.append((out, *torch.autograd.grad(out, (q, k, v), go)))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)  # the scores and softmax are fp32
+    monkeypatch.undo()
+    lanes = T._VECTOR_FLOATS.get(torch.backends.cpu.get_cpu_capability(), 1)
+    assert T.short_keys(q, 5) == max(lanes - 5, 0)
+    assert T.short_keys(q[:, :, :1], 5) == 0  # one query: incremental decoding
+    assert T.short_keys(q, lanes) == 0
 
 
 @pytest.mark.parametrize("queries", [1, 3])

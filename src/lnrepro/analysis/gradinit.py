@@ -215,9 +215,11 @@ class _Job:
     def __init__(self, config: GradinitConfig, bpe_dir: Path, threads: int) -> None:
         import torch
 
+        from ..memory import keep_freed_memory
         from ..train.loop import resolve_device, vocab_size
 
         torch.set_num_threads(max(1, int(threads)))
+        keep_freed_memory()
         self.settings = s = config.gradinit
         self.vocab = vocab_size(Path(bpe_dir) / "spm.model")
         self.multiple = config.batch_multiple

@@ -116,6 +116,7 @@ def main(args: argparse.Namespace) -> None:
     import torch
 
     from ..io import atomic_write_json, cpu_name, where_ran
+    from ..memory import keep_freed_memory
     from . import tables
     from .corpus import open_corpus
     from .sizes import DECODING, SIZES
@@ -131,6 +132,7 @@ def main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     with contextlib.suppress(RuntimeError):  # as the training loop: settable only before any inter-op work
         torch.set_num_interop_threads(1)
+    keep_freed_memory()  # as training and scoring do
     t0 = time.perf_counter()
     args.cache.mkdir(parents=True, exist_ok=True)
     corpus = open_corpus(args.data, args.cache, args.quick)

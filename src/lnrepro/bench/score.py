@@ -19,7 +19,8 @@ import shutil
 from pathlib import Path
 
 from ..config.settings import ScoreSettings, SplitDecoding
-from ..evaluate.score import decode_options, keep_freed_memory, read_scoring_data, score
+from ..evaluate.score import decode_options, read_scoring_data, score
+from ..memory import keep_freed_memory
 from ..evaluate.search import translate
 from ..io import atomic_write_lines, read_lines
 from ..model import load_model

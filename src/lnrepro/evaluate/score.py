@@ -17,8 +17,6 @@ BLEU scores; sacreBLEU scores their Moses-detokenized form). Fields: docs/output
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import dataclasses
 import math
 import time
@@ -31,6 +29,7 @@ import torch
 from ..config.settings import ScoreSettings, SplitDecoding
 from ..errors import LnReproError
 from ..io import atomic_write_lines, cpu_name, file_sha256, process_cpu_s, read_json, read_lines, where_ran
+from ..memory import keep_freed_memory
 from ..paths import RunFolder
 from ..records import CheckpointScores, EpochManifest, RunStatus, SplitScores
 from ..train.batching import collate, read_ids
@@ -44,23 +43,6 @@ __all__ = ["ScoringData", "Scores", "SplitData", "decode_options", "read_scoring
 
 LN2 = math.log(2.0)
 _LINE_BREAKS = {ord(c): " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
-
-
-def keep_freed_memory() -> None:
-    """Have glibc's malloc keep freed memory for reuse instead of returning it to the kernel.
-
-    Every decoding step allocates and frees tensors of tens of MB (logits and log-probabilities of all
-    hypotheses); by default glibc maps each such block from the kernel and unmaps it when it is freed, so each
-    step pays its page faults again (measured: half the page faults and about 8% of the CPU time of scoring a
-    Multi30k checkpoint). mallopt(3): M_MMAP_MAX 0 serves every block from the heap, M_TRIM_THRESHOLD keeps up
-    to 2 GB of freed heap. PyTorch's CPU performance guide recommends jemalloc or tcmalloc for the same reason.
-    A C library without mallopt (not glibc) is left as it is.
-    """
-    mallopt = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallopt", None)
-    if mallopt is not None:
-        m_trim_threshold, m_mmap_max = -1, -4  # glibc malloc.h
-        mallopt(m_mmap_max, 0)
-        mallopt(m_trim_threshold, 2**31 - 1)
 
 
 def decode_options(split: SplitDecoding, max_tokens: int) -> DecodeOptions:

@@ -33,6 +33,7 @@ from tqdm import tqdm
 from ..errors import LnReproError
 from ..config import RunConfig
 from ..io import atomic_torch_save, cpu_name, file_sha256, finite_json, process_cpu_s, where_ran
+from ..memory import keep_freed_memory
 from ..model import Transformer, weights_blob
 from ..paths import EXPERIMENT_JSON, RunFolder
 from ..records import Divergence, EpochManifest, RunRecord, RunStatus, RunSummary
@@ -150,6 +151,7 @@ class _Trainer:
         torch.set_num_threads(threads)
         with contextlib.suppress(RuntimeError):  # only settable before any inter-op work started
             torch.set_num_interop_threads(1)
+        keep_freed_memory()
         self.device = resolve_device(self.train.device)
 
         self.mcfg = cfg.model.model_config(vocab_size(self.bpe_dir / "spm.model"))

@@ -88,3 +88,63 @@ def label_smoothed_nll_loss(logits_or_lprobs: torch.Tensor, target: torch.Tensor
     """
     v = logits_or_lprobs.size(-1)
     return _LabelSmoothedNLL.apply(logits_or_lprobs.reshape(-1, v), target.reshape(-1), eps, ignore_index)
+
+
+# Rows of the fused projection and loss at a time. Measured (forward+backward of 1,790 x 64 features, V=4000, bf16,
+# one thread): 64 rows 20.3 ms, 128 19.0, 256 20.3, 512 35.7 (4 MB of fp32 rows no longer in cache); unfused 23.2.
+PROJECTION_ROWS = 128
+
+
+class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
+    """(loss_sum, nll_sum) of the logits ``x @ weight.T`` against ``target`` [N] (no padding), never materialized.
+
+    Chunk by chunk of PROJECTION_ROWS rows: the chunk's logits (a GEMM in ``dtype``, bf16 under autocast as
+    ``F.linear`` computes them, fp32 otherwise), its log-softmax in fp32, the sums, and at once the closed-form
+    gradient of the loss with respect to those logits (``_LabelSmoothedNLL.backward``'s, for grad_loss 1) and through
+    the two GEMMs of the projection the gradients of ``x`` and ``weight``. The [N,V] logits and their gradient never
+    leave the cache: unfused, they are written, read back by the loss, its backward and two GEMMs (about 90 MB of
+    memory traffic an update at the CPU study's size). The backward only scales the stored gradients by grad_loss
+    (the rounding differs from the unfused path: there grad_loss scales the logits' gradient before its bf16 cast).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, eps: float,  # type: ignore[override]
+                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        acc = _compute_dtype(dtype)
+        xs, w = x.to(dtype), weight.to(dtype)
+        v = w.size(0)
+        grad_x = torch.empty_like(xs)
+        grad_w = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+        nll_sum = torch.zeros((), dtype=acc, device=x.device)
+        smooth_sum = torch.zeros((), dtype=acc, device=x.device)
+        tgt = target.unsqueeze(1)
+        on_target = torch.full((PROJECTION_ROWS, 1), -(1.0 - eps), dtype=acc, device=x.device)
+        for start in range(0, xs.size(0), PROJECTION_ROWS):
+            rows = slice(start, start + PROJECTION_ROWS)
+            lprobs = torch.log_softmax(torch.mm(xs[rows], w.t()).to(acc), dim=-1)
+            nll_sum -= lprobs.gather(1, tgt[rows]).sum()
+            smooth_sum -= lprobs.sum()
+            g = lprobs.exp_().sub_(eps / v)  # d loss / d logits: softmax - eps/V, - (1 - eps) at the target
+            g = g.scatter_add_(1, tgt[rows], on_target[: g.size(0)]).to(dtype)
+            torch.mm(g, w, out=grad_x[rows])
+            grad_w += torch.mm(g.t(), xs[rows])
+        ctx.save_for_backward(grad_x, grad_w)
+        ctx.x_dtype = x.dtype
+        ctx.mark_non_differentiable(nll_sum)
+        return (1.0 - eps) * nll_sum + (eps / v) * smooth_sum, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor  # type: ignore[override]
+                 ) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:
+        grad_x, grad_w = ctx.saved_tensors
+        return grad_x.to(ctx.x_dtype).mul_(grad_loss), grad_w.mul(grad_loss), None, None, None
+
+
+def projected_label_smoothed_nll_loss(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, eps: float,
+                                      dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``label_smoothed_nll_loss(F.linear(x, weight), target, eps)`` for features x [N,D] whose targets [N] are all
+    real tokens (the packed rows of ``Transformer.forward(..., features=True)``), fused (``_ProjectedLabelSmoothedNLL``);
+    the GEMMs in ``dtype`` (bf16 under autocast), x's by default. Call it outside autocast."""
+    if bool(target.eq(PAD).any()):
+        raise ValueError("projected_label_smoothed_nll_loss: the targets are padded; pass the packed rows only")
+    return _ProjectedLabelSmoothedNLL.apply(x, weight, target, eps, dtype or x.dtype)
