@@ -4,7 +4,9 @@ Measurements (``--only``): ``train`` the project's training step against a plain
 (reference.py) in target tokens/s; ``mfu`` their model FLOP utilization against the matmul peak measured in
 the same run; ``score`` beam-5 decoding with and without the KV cache, and the scoring job's work; ``prepare``
 Moses tokenization with one process and with all cores; ``growth`` epoch time against training-set size and
-scoring time against checkpoints. Every A/B pair runs interleaved (A, B, A, B, ...) after a warm-up; the
+scoring time against checkpoints; ``seed-training`` (not in the default set; needs ``--against REV`` and the
+Multi30k mirror) the CPU seconds of the study's seed-trainings by this checkout's ``lnrepro train`` and by that
+commit's (seed_training.py). Every A/B pair runs interleaved (A, B, A, B, ...) after a warm-up; the
 tables on stdout give medians, the A/B ratio and the spread, the JSON (``--out``) every repetition.
 Progress goes to stderr. ``--quick`` runs tiny sizes with few repetitions, in seconds (what the test runs).
 """
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
     from .corpus import Corpus
     from .sizes import Size
 
-SECTIONS = ("train", "mfu", "score", "prepare", "growth")
+SECTIONS = ("train", "mfu", "score", "prepare", "growth", "seed-training")
+DEFAULT_SECTIONS = SECTIONS[:-1]  # seed-training trains for minutes and needs --against
 PRECISIONS = ("fp32", "bf16")
 
 
@@ -79,8 +82,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser("bench", help="measure training, MFU, scoring, preparation and cost growth on this machine",
                        description="Measure what the pipeline's stages cost on this machine, each against a "
                                    "baseline, interleaved; tables on stdout, progress on stderr, JSON in --out.")
-    b.add_argument("--only", type=_csv(SECTIONS), default=list(SECTIONS),
-                   help=f"sections, comma-separated (default all: {','.join(SECTIONS)}; mfu runs train's timings)")
+    b.add_argument("--only", type=_csv(SECTIONS), default=list(DEFAULT_SECTIONS),
+                   help=f"sections, comma-separated (default {','.join(DEFAULT_SECTIONS)}; mfu runs train's timings; "
+                        "seed-training needs --against)")
+    b.add_argument("--against", metavar="REV",
+                   help="seed-training: the git commit whose own lnrepro train this checkout's is measured against")
+    b.add_argument("--seeds", type=_csv(("1", "2", "3", "4", "5")), default=["1", "2", "3"],
+                   help="seed-training: the seeds, one training each per commit (default 1,2,3)")
     b.add_argument("--sizes", type=_csv(tuple(SIZES)),
                    help="model sizes for train/mfu (default multi30k,paper; --quick: tiny)")
     b.add_argument("--precisions", type=_csv(PRECISIONS), default=list(PRECISIONS), help="default fp32,bf16")
@@ -129,6 +137,8 @@ def main(args: argparse.Namespace) -> None:
     sizes = [SIZES[s] for s in (args.sizes or plan.sizes)]
     small = SIZES[plan.small]
     only = set(args.only)
+    if "seed-training" in only and not args.against:
+        raise LnReproError("bench: --only seed-training needs --against REV (the commit to measure against)")
     torch.set_num_threads(args.threads)
     with contextlib.suppress(RuntimeError):  # as the training loop: settable only before any inter-op work
         torch.set_num_interop_threads(1)
@@ -145,7 +155,7 @@ def main(args: argparse.Namespace) -> None:
                     # other jobs on a shared machine: read the numbers with the load they ran under
                     "load_average_start": os.getloadavg()},
         "options": {"only": args.only, "sizes": [s.name for s in sizes], "precisions": args.precisions, "reps": reps,
-                    "quick": args.quick, "data": args.data},
+                    "quick": args.quick, "data": args.data, "against": args.against, "seeds": args.seeds},
         "corpus": corpus.describe(),
     }
 
@@ -199,6 +209,17 @@ def main(args: argparse.Namespace) -> None:
             }
             emit("cost growth (training: tiny model, fp32; scoring: the trained-ish model, one job per checkpoint)\n"
                  + tables.growth(result["growth"]))
+        if "seed-training" in only:
+            from .seed_training import measure_seed_training
+
+            if corpus.name != "multi30k":
+                raise LnReproError("bench: seed-training measures the study's preset and needs the Multi30k mirror "
+                                   "(--data DIR)")
+            result["seed_training"] = measure_seed_training(
+                corpus.bpe(SIZES["study"].vocab), args.against, args.precisions, [int(s) for s in args.seeds],
+                args.cache, work)
+            emit(f"seed-trainings (presets/study-cpu.yaml, one epoch each, one thread), against {args.against}\n"
+                 + tables.seed_training(result["seed_training"], args.against))
         if args.profile:
             from .profile import profile_scoring, profile_training
 

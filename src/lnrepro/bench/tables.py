@@ -92,3 +92,21 @@ def profiles(items: list[dict], top: int = 8) -> str:
                           [[e["op"], f"{e['self_cpu_s']:.3f}", f"{100 * e['share']:.1f}%", str(e["calls"])]
                            for e in p["top"][:top]]))
     return "\n".join(out)
+
+
+def seed_training(rows: list[dict], against: str) -> str:
+    """CPU seconds per seed-training, against ``against`` and this checkout, per seed; the ratios' range."""
+    out = []
+    for r in rows:
+        a, t = r["against"], r["this"]
+        out.append([r["precision"], str(r["seed"]), f"{a['cpu_s']:.1f}", f"{t['cpu_s']:.1f}",
+                    f"{a['outside_updates_cpu_s']:.1f}", f"{t['outside_updates_cpu_s']:.1f}",
+                    f"{a['study_cpu_s']:,.0f}", f"{t['study_cpu_s']:,.0f}", f"{r['ratio']:.3f}"])
+    table = _table(["prec", "seed", f"{against} 1 epoch CPU s", "this 1 epoch CPU s", f"{against} outside updates",
+                    "this outside updates", f"{against} study CPU s", "this study CPU s", "this / against"], out)
+    by_prec: dict[str, list[float]] = {}
+    for r in rows:
+        by_prec.setdefault(r["precision"], []).append(r["ratio"])
+    summary = "; ".join(f"{p}: ratio {sum(v) / len(v):.3f} mean over {len(v)} seeds ({min(v):.3f}-{max(v):.3f})"
+                        for p, v in by_prec.items())
+    return f"{table}\n{summary} (study CPU s: outside the updates once + the epoch's updates x the study's epochs)"
