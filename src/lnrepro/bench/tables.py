@@ -109,4 +109,7 @@ def seed_training(rows: list[dict], against: str) -> str:
         by_prec.setdefault(r["precision"], []).append(r["ratio"])
     summary = "; ".join(f"{p}: ratio {sum(v) / len(v):.3f} mean over {len(v)} seeds ({min(v):.3f}-{max(v):.3f})"
                         for p, v in by_prec.items())
-    return f"{table}\n{summary} (study CPU s: outside the updates once + the epoch's updates x the study's epochs)"
+    how = ("the two commits' trainings of a seed at once, one per core, swapping cores seed by seed"
+           if rows and rows[0].get("paired") else "one after the other, alternating the order")
+    return (f"{table}\n{summary} (study CPU s: outside the updates once + the epoch's updates x the study's epochs; "
+            f"{how})")
