@@ -15,7 +15,8 @@ def keep_freed_memory() -> None:
     page faults again. Measured: half the page faults and about 8% of the CPU time of scoring a Multi30k
     checkpoint; 8-10% more tokens/s of a bf16 training update at the CPU study's size, 0-4% in fp32 (two
     processes at once, one per core, swapped; docs/measurements.md).
-    mallopt(3): M_MMAP_MAX 0 serves every block from the heap, M_TRIM_THRESHOLD keeps up to 2 GB of freed heap. PyTorch's CPU performance guide recommends jemalloc or tcmalloc for the same reason.
+    mallopt(3): M_MMAP_MAX 0 serves every block from the heap, M_TRIM_THRESHOLD keeps up to 2 GB of freed heap.
+    PyTorch's CPU performance guide recommends jemalloc or tcmalloc for the same reason.
     A C library without mallopt (not glibc) is left as it is.
     """
     mallopt = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallopt", None)

@@ -114,8 +114,8 @@ def measure_seed_training(bpe: Path, against: str, precisions: list[str], seeds:
         for i, seed in enumerate(seeds):
             row: dict = {"precision": precision, "seed": seed, "run": RUN, "paired": cores is not None}
             labels = ("against", "this") if i % 2 == 0 else ("this", "against")
-            configs = {label: _write_config(trees[label], label, overlay, seed, work / f"{label}-{precision}-seed{seed}")
-                       for label in labels}
+            configs = {label: _write_config(trees[label], label, overlay, seed,
+                                            work / f"{label}-{precision}-seed{seed}") for label in labels}
             if cores is not None:
                 log(f"seed-training {precision} seed {seed}: lnrepro train of {labels[0]} on core {cores[0]} and of "
                     f"{labels[1]} on core {cores[1]}, at once")

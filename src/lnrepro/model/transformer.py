@@ -646,9 +646,10 @@ class Transformer(nn.Module):
         ``packed``: the logits of those rows only, [N,V] in row-major order of the non-padding positions (the
         training step's: the output projection, the largest GEMM, and the loss then skip the padding; [B*T,V]
         when nothing is padded). ``features``: the decoder's output [..,D] instead of the logits, for a loss that
-        applies ``output_weight`` itself (the training step's fused projection and loss). ``padded`` (no cache): every position runs through the layers instead, padding
-        included, with the padded keys masked in the self-attention, as fairseq 0.9.0's decoder computes them
-        (Admin's profile, whose variances include the padded positions).
+        applies ``output_weight`` itself (the training step's fused projection and loss). ``padded`` (no cache):
+        every position runs through the layers instead, padding included, with the padded keys masked in the
+        self-attention, as fairseq 0.9.0's decoder computes them (Admin's profile, whose variances include the
+        padded positions).
         """
         if packed and (padded or cache is not None):
             raise ValueError("decode: packed logits are for a whole padded batch, without a cache or padded=True")

@@ -143,7 +143,8 @@ class _ProjectedLabelSmoothedNLL(torch.autograd.Function):
 def projected_label_smoothed_nll_loss(x: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, eps: float,
                                       dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``label_smoothed_nll_loss(F.linear(x, weight), target, eps)`` for features x [N,D] whose targets [N] are all
-    real tokens (the packed rows of ``Transformer.forward(..., features=True)``), fused (``_ProjectedLabelSmoothedNLL``);
+    real tokens (the packed rows of ``Transformer.forward(..., features=True)``), fused
+    (``_ProjectedLabelSmoothedNLL``);
     the GEMMs in ``dtype`` (bf16 under autocast), x's by default. Call it outside autocast."""
     if bool(target.eq(PAD).any()):
         raise ValueError("projected_label_smoothed_nll_loss: the targets are padded; pass the packed rows only")

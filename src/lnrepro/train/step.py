@@ -1,14 +1,14 @@
 """One training update, the one the training loop runs and the bench measures (``train_step``).
 
-In order: the schedule's learning rate of update ``t`` set on every parameter group; the forward pass under
-the configured precision (bf16 autocast, or none for fp32) up to the decoder's output at the non-padding target
+In order: the schedule's learning rate of update ``t`` set on every parameter group; the forward pass under the
+configured precision (bf16 autocast, or none for fp32) up to the decoder's output at the non-padding target
 positions (``Transformer.forward(..., packed=True, features=True)``); the output projection and the label-smoothed
-loss fused, outside autocast, with the projection's GEMMs in the forward pass's precision, summed over the
-target tokens (``projected_label_smoothed_nll_loss``); its value per target token (the one host sync of an update, which the divergence check
-needs), and when it is not finite or above ``diverge_loss`` the update stops there, changing nothing;
-``zero_grad(set_to_none=True)``; backward of the loss divided by the target tokens (fairseq's normalization);
-clipping of the total gradient norm when ``clip_norm`` > 0; with ``inspect`` the gradient norms (after
-clipping, as logged); the optimizer's step.
+loss fused, outside autocast, with the projection's GEMMs in the forward pass's precision, summed over the target
+tokens (``projected_label_smoothed_nll_loss``); its value per target token (the one host sync of an update, which
+the divergence check needs), and when it is not finite or above ``diverge_loss`` the update stops there, changing
+nothing; ``zero_grad(set_to_none=True)``; backward of the loss divided by the target tokens (fairseq's
+normalization); clipping of the total gradient norm when ``clip_norm`` > 0; with ``inspect`` the gradient norms
+(after clipping, as logged); the optimizer's step.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from ..config import OptimSettings, ScheduleSettings
+from ..model import Transformer
 from ..vocab import PAD
 from .gradstats import layer_grad_norms, total_grad_norm
 from .loss import projected_label_smoothed_nll_loss
@@ -68,7 +69,7 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: StepBatch, t: int, epoch: int,
+def train_step(model: Transformer, optimizer: torch.optim.Optimizer, batch: StepBatch, t: int, epoch: int,
                settings: StepSettings, inspect: bool = False) -> StepResult:
     """Update ``t`` (0-based; updates done so far) of epoch ``epoch`` (from 1) on ``batch``."""
     lr = lr_at(t, epoch, settings.schedule, settings.optim.lr_max)
