@@ -7,8 +7,8 @@ batching seeds into one model, which only makes operations larger, buys nothing)
 ``--levers``: the levers side by side in one process, each on a model of its own with the same initialization,
 trained on the same batches in turn, the order alternating batch by batch (the hosts this project runs on drift
 by up to 2x within minutes, which separate processes would read as differences): the update before the levers
-(softmax rows of any length, logits at every position), with short rows padded (``short_keys``), with packed
-logits, and with the fused projection and loss (training's ``train_step``).
+(softmax rows of any length, logits at every position), with short rows padded (``short_keys``), and with packed
+logits as well (training's ``train_step``).
 
     python benchmarks/study_step.py --data /path/to/multi30k --levers --precision bf16
     python benchmarks/study_step.py --data /path/to/multi30k --scaling --precision fp32
@@ -35,7 +35,6 @@ from lnrepro.model import Transformer
 from lnrepro.optimizers import build_optimizer
 from lnrepro.train.loss import label_smoothed_nll_loss
 from lnrepro.train.step import StepSettings, autocast, train_step
-from lnrepro.vocab import PAD
 
 SIZE = SIZES["study"]
 WARMUP = 3  # batches before timing
@@ -47,12 +46,11 @@ def _model(norm: str) -> tuple[Transformer, torch.optim.Optimizer]:
     return model, build_optimizer(model, OPTIM)
 
 
-def _before(model: Transformer, opt: torch.optim.Optimizer, b: Batch, precision: str, packed: bool) -> None:
-    """The update of commit a28067f: logits at every position (or packed ones), the chunked loss over them."""
+def _before(model: Transformer, opt: torch.optim.Optimizer, b: Batch, precision: str) -> None:
+    """The update of commit a28067f: logits at every position, the chunked loss over them."""
     with autocast(b.src.device, precision):
-        logits = model(b.src, b.prev, packed=packed)
-    target = b.target.reshape(-1)
-    loss, _ = label_smoothed_nll_loss(logits, target[target.ne(PAD)] if packed else b.target, OPTIM.label_smoothing)
+        logits = model(b.src, b.prev)
+    loss, _ = label_smoothed_nll_loss(logits, b.target, OPTIM.label_smoothing)
     float(loss.detach())
     opt.zero_grad(set_to_none=True)
     (loss / b.ntok).backward()
@@ -64,10 +62,9 @@ def levers(batches: list[Batch], precision: str, norm: str) -> None:
     settings = StepSettings(OPTIM, CONSTANT, precision, math.inf)
     variants = [  # (name, short_keys, update)
         ("before: rows of any length, logits at every position", lambda q, tk: 0,
-         lambda m, o, b: _before(m, o, b, precision, False)),
-        ("short rows padded with masked keys", pad_keys, lambda m, o, b: _before(m, o, b, precision, False)),
-        ("+ packed logits", pad_keys, lambda m, o, b: _before(m, o, b, precision, True)),
-        ("+ fused projection and loss (train_step)", pad_keys, lambda m, o, b: train_step(m, o, b, 0, 1, settings)),
+         lambda m, o, b: _before(m, o, b, precision)),
+        ("short rows padded with masked keys", pad_keys, lambda m, o, b: _before(m, o, b, precision)),
+        ("+ packed logits (train_step)", pad_keys, lambda m, o, b: train_step(m, o, b, 0, 1, settings)),
     ]
     models = [_model(norm) for _ in variants]
     cpu = [0.0] * len(variants)

@@ -41,9 +41,9 @@ non-padding target positions only (``Rows``; the logits at padded positions are 
 sentence for all its beams (``shared_attend``: bitwise the values of repeated keys; measured +4% sentences/s
 scoring the Multi30k test set, fp32); rows of fewer keys than one CPU vector padded with masked keys
 (``short_keys``: +9-10% tokens/s of a training update at the CPU study's size, where sentences are 10-15
-tokens); in training, the logits of the non-padding positions only (``decode(..., packed=True)``, +4%) and
-the output projection fused with the loss (``features=True``; lnrepro.train.loss, +0-5%). These compute the
-same function (equal up to rounding; dropout draws another random stream, with p rounded to 2^-17).
+tokens); in training, the logits of the non-padding positions only (``decode(..., packed=True)``, +4%). These
+compute the same function (equal up to rounding; dropout draws another random stream, with p rounded to
+2^-17).
 
 References: Vaswani et al. 2017; Xiong et al. 2020 (arXiv 2002.04745); fairseq 0.9.0 (github.com/pytorch/fairseq,
 tag v0.9.0); nanoGPT (github.com/karpathy/nanoGPT, model.py).
@@ -638,18 +638,16 @@ class Transformer(nn.Module):
         return EncoderOut(x, pad_mask)
 
     def decode(self, prev: torch.Tensor, enc: EncoderOut, cache: KVCache | None = None,
-               padded: bool = False, packed: bool = False, features: bool = False) -> torch.Tensor:
+               padded: bool = False, packed: bool = False) -> torch.Tensor:
         """prev [B,T] decoder input (EOS first) -> logits [B,T,V]. With a cache, prev holds only new tokens.
 
         Without a cache, a padded ``prev`` runs through the layers as its non-padding rows (``Rows``): the
         logits at padded positions are zero (the loss ignores them; before, they were meaningless values).
         ``packed``: the logits of those rows only, [N,V] in row-major order of the non-padding positions (the
         training step's: the output projection, the largest GEMM, and the loss then skip the padding; [B*T,V]
-        when nothing is padded). ``features``: the decoder's output [..,D] instead of the logits, for a loss that
-        applies ``output_weight`` itself (the training step's fused projection and loss). ``padded`` (no cache):
-        every position runs through the layers instead, padding included, with the padded keys masked in the
-        self-attention, as fairseq 0.9.0's decoder computes them (Admin's profile, whose variances include the
-        padded positions).
+        when nothing is padded). ``padded`` (no cache): every position runs through the layers instead, padding
+        included, with the padded keys masked in the self-attention, as fairseq 0.9.0's decoder computes them
+        (Admin's profile, whose variances include the padded positions).
         """
         if packed and (padded or cache is not None):
             raise ValueError("decode: packed logits are for a whole padded batch, without a cache or padded=True")
@@ -674,18 +672,17 @@ class Transformer(nn.Module):
             x = rows.unpack(x)
         if cache is not None:
             cache.length += prev.size(1)
-        return x if features else F.linear(x, self.output_weight)
+        return F.linear(x, self.output_weight)
 
     @property
     def output_weight(self) -> torch.Tensor:
         """The output projection [V,D]: the decoder embedding when shared (fairseq: no bias)."""
         return self.decoder_embed.weight if self.output_projection is None else self.output_projection.weight
 
-    def forward(self, src: torch.Tensor, prev: torch.Tensor, packed: bool = False, features: bool = False
-                ) -> torch.Tensor:
+    def forward(self, src: torch.Tensor, prev: torch.Tensor, packed: bool = False) -> torch.Tensor:
         """Logits [B,T,V] of the decoder input ``prev`` given ``src``; ``packed``: [N,V] of its non-padding
-        positions only; ``features``: the decoder's output before the projection (``decode``)."""
-        return self.decode(prev, self.encode(src), packed=packed, features=features)
+        positions only (``decode``)."""
+        return self.decode(prev, self.encode(src), packed=packed)
 
     def new_cache(self, rows: int = 0, capacity: int = 0) -> KVCache:
         """An empty cache for ``decode`` with buffers for ``rows`` rows and ``capacity`` positions (grown as needed)."""

@@ -1,14 +1,13 @@
 """One training update, the one the training loop runs and the bench measures (``train_step``).
 
 In order: the schedule's learning rate of update ``t`` set on every parameter group; the forward pass under the
-configured precision (bf16 autocast, or none for fp32) up to the decoder's output at the non-padding target
-positions (``Transformer.forward(..., packed=True, features=True)``); the output projection and the label-smoothed
-loss fused, outside autocast, with the projection's GEMMs in the forward pass's precision, summed over the target
-tokens (``projected_label_smoothed_nll_loss``); its value per target token (the one host sync of an update, which
-the divergence check needs), and when it is not finite or above ``diverge_loss`` the update stops there, changing
-nothing; ``zero_grad(set_to_none=True)``; backward of the loss divided by the target tokens (fairseq's
-normalization); clipping of the total gradient norm when ``clip_norm`` > 0; with ``inspect`` the gradient norms
-(after clipping, as logged); the optimizer's step.
+configured precision (bf16 autocast, or none for fp32), which returns the logits of the non-padding target
+positions only (``Transformer.forward(..., packed=True)``); the label-smoothed loss, outside autocast, summed over
+the target tokens; its value per target token (the one host sync of an update, which the divergence check needs),
+and when it is not finite or above ``diverge_loss`` the update stops there, changing nothing;
+``zero_grad(set_to_none=True)``; backward of the loss divided by the target tokens (fairseq's normalization);
+clipping of the total gradient norm when ``clip_norm`` > 0; with ``inspect`` the gradient norms (after clipping,
+as logged); the optimizer's step.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from ..config import OptimSettings, ScheduleSettings
 from ..model import Transformer
 from ..vocab import PAD
 from .gradstats import layer_grad_norms, total_grad_norm
-from .loss import projected_label_smoothed_nll_loss
+from .loss import label_smoothed_nll_loss
 from .schedule import lr_at
 
 
@@ -76,11 +75,9 @@ def train_step(model: Transformer, optimizer: torch.optim.Optimizer, batch: Step
     for group in optimizer.param_groups:
         group["lr"] = lr
     with autocast(batch.src.device, settings.precision):
-        features = model(batch.src, batch.prev, packed=True, features=True)  # the non-padding positions only
+        logits = model(batch.src, batch.prev, packed=True)  # the non-padding positions' logits only
     target = batch.target.reshape(-1)
-    loss_sum, nll_sum = projected_label_smoothed_nll_loss(
-        features, model.output_weight, target[target.ne(PAD)], settings.optim.label_smoothing,
-        torch.bfloat16 if settings.precision == "bf16" else None)
+    loss_sum, nll_sum = label_smoothed_nll_loss(logits, target[target.ne(PAD)], settings.optim.label_smoothing)
     loss = float(loss_sum.detach()) / batch.ntok
     if not math.isfinite(loss) or loss > settings.diverge_loss:
         return StepResult(lr, loss, nll_sum.detach(), stepped=False)
