@@ -8,8 +8,7 @@ two commits' trainings of a seed run at once, each pinned to its own core, swapp
 study runs two trainings at once: the hosts this project runs on drift by up to 2x within minutes (another tenant
 on the same hardware), which trainings of a minute each run one after the other would read as a difference;
 with one core they alternate (A, B, then B, A). A training's CPU seconds are those of its process (user +
-system, ``os.wait4``):
-start-up, data, the epoch, checkpoints. Extrapolated to the study's epochs: the part outside the updates (the
+system, ``os.wait4``): start-up, data, the epoch, checkpoints. Extrapolated to the study's epochs: the part outside the updates (the
 process's CPU time less its summary's ``train_s``, the updates' wall-clock, which one thread on an otherwise idle
 core makes CPU time) once, plus ``train_s`` times the epochs.
 """
@@ -33,10 +32,10 @@ STUDY_EPOCHS = 10  # presets/study-cpu.yaml defaults.train.epochs
 _WRITE_CONFIG = """
 import sys
 from lnrepro.config.load import experiment, load_config
-tree, overlay, run, seed, out = sys.argv[1:6]
-config = load_config([f"{tree}/config.yaml", f"{tree}/{PRESET}", overlay])
+tree, preset, overlay, run, seed, out = sys.argv[1:7]
+config = load_config([f"{tree}/config.yaml", f"{tree}/{preset}", overlay])
 experiment(config).run_config(run, int(seed)).write(out)
-""".replace("{PRESET}", PRESET)
+"""
 
 
 def repo_root() -> Path:
@@ -116,17 +115,19 @@ def measure_seed_training(bpe: Path, against: str, precisions: list[str], seeds:
             labels = ("against", "this") if i % 2 == 0 else ("this", "against")
             configs = {label: _write_config(trees[label], label, overlay, seed,
                                             work / f"{label}-{precision}-seed{seed}") for label in labels}
+
+            def start(label: str, core: int | None) -> _Training:
+                return _Training(trees[label], configs[label], bpe, configs[label].parent / "run", core)
+
             if cores is not None:
                 log(f"seed-training {precision} seed {seed}: lnrepro train of {labels[0]} on core {cores[0]} and of "
                     f"{labels[1]} on core {cores[1]}, at once")
-                started = {label: _Training(trees[label], configs[label], bpe, configs[label].parent / "run", core)
-                           for label, core in zip(labels, cores)}
+                started = {label: start(label, core) for label, core in zip(labels, cores)}
                 row.update({label: training.result() for label, training in started.items()})
             else:
                 for label in labels:
                     log(f"seed-training {precision} seed {seed}: lnrepro train of {label} ({trees[label]})")
-                    row[label] = _Training(trees[label], configs[label], bpe, configs[label].parent / "run",
-                                           None).result()
+                    row[label] = start(label, None).result()
             row["ratio"] = row["this"]["study_cpu_s"] / row["against"]["study_cpu_s"]
             rows.append(row)
     return rows
@@ -136,8 +137,8 @@ def _write_config(tree: Path, label: str, overlay: Path, seed: int, folder: Path
     """The run's config.json for ``seed``, written by ``tree``'s own configuration layer into ``folder``."""
     folder.mkdir(parents=True)
     config = folder / "config.json"
-    made = subprocess.run([sys.executable, "-c", _WRITE_CONFIG, str(tree), str(overlay), RUN, str(seed), str(config)],
-                          env=_env(tree), capture_output=True, text=True)
+    made = subprocess.run([sys.executable, "-c", _WRITE_CONFIG, str(tree), PRESET, str(overlay), RUN, str(seed),
+                           str(config)], env=_env(tree), capture_output=True, text=True)
     if made.returncode != 0:
         raise LnReproError(f"bench: {label}'s configuration layer ({tree}) could not write the run's config.json:\n"
                            f"{made.stderr.strip()}")

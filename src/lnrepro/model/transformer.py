@@ -52,6 +52,7 @@ tag v0.9.0); nanoGPT (github.com/karpathy/nanoGPT, model.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -363,6 +364,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_pad: torch.Ten
 _VECTOR_FLOATS = {"AVX512": 16, "AVX2": 8}
 
 
+@functools.cache
+def _cpu_vector_floats() -> int:
+    """fp32 values in one vector of the kernels aten dispatches to on this CPU (1: none of ``_VECTOR_FLOATS``)."""
+    return _VECTOR_FLOATS.get(torch.backends.cpu.get_cpu_capability(), 1)
+
+
 def pad_short_keys(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_pad: torch.Tensor | None, causal: bool
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]:
     """(k, v, key_pad, added): keys and values padded with ``short_keys`` zero rows, masked (the causal mask of
@@ -390,7 +397,7 @@ def short_keys(q: torch.Tensor, tk: int) -> int:
     softmax's sums. Only full-sequence attention (tq > 1: training, teacher-forced scoring) pads; incremental
     decoding attends one query over a cache, where copying the keys would cost more than the softmax saves.
     """
-    lanes = _VECTOR_FLOATS.get(torch.backends.cpu.get_cpu_capability(), 1) if q.device.type == "cpu" else 1
+    lanes = _cpu_vector_floats() if q.device.type == "cpu" else 1
     return lanes - tk if q.size(-2) > 1 and tk < lanes else 0
 
 
