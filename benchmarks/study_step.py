@@ -34,7 +34,8 @@ from lnrepro.memory import keep_freed_memory
 from lnrepro.model import Transformer
 from lnrepro.optimizers import build_optimizer
 from lnrepro.train.loss import label_smoothed_nll_loss
-from lnrepro.train.step import StepSettings, autocast, train_step
+from lnrepro.precision import autocast
+from lnrepro.train.step import StepSettings, train_step
 
 SIZE = SIZES["study"]
 WARMUP = 3  # batches before timing

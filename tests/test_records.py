@@ -102,3 +102,6 @@ def test_the_run_folder_names_its_files_once():
     assert [names.is_epoch_manifest(n) for n in ("epochs/epoch012.json", "run.json", "epochs/epoch1.json")] == [
         True, False, False]
     assert str(RunFolder.hypotheses_beside("x/eval/epoch004.json", "valid")) == "x/eval/epoch004.valid.hyp"
+    assert str(RunFolder.manifest_scored_by(folder.score(7))) == folder.epoch_manifest(7)
+    with pytest.raises(LnReproError, match="not a score file"):
+        RunFolder.manifest_scored_by("x/out.json")

@@ -1,4 +1,4 @@
-"""score_checkpoint end to end on a tiny synthetic translation task (a word-for-word mapping).
+"""score_checkpoints end to end on a tiny synthetic translation task (a word-for-word mapping).
 
 A model trained here for a few hundred updates must score far above an untrained one; a diverged manifest is
 recorded without decoding; corrupt weights and a malformed eval.json are errors naming the file or the key.
@@ -17,7 +17,7 @@ import torch
 
 from lnrepro.errors import LnReproError
 from lnrepro.evaluate.bleu import tokenized_bleu
-from lnrepro.evaluate.score import score_checkpoint
+from lnrepro.evaluate.score import score_checkpoints
 from lnrepro.io import atomic_torch_save, file_sha256, read_lines
 from lnrepro.paths import RunFolder
 from lnrepro.records import EpochManifest, RunStatus
@@ -124,6 +124,12 @@ def task(tmp_path_factory):
     eval_json.write_text(json.dumps(EVAL))
     return dict(root=root, prepared=prepared, bpe=bpe, run=run, untrained=untrained, trained=trained,
                 trained_path=trained_path, diverged=diverged, eval_json=eval_json)
+
+
+def score_checkpoint(manifest, eval_json, bpe, prepared, out, threads):
+    """One checkpoint scored by a job of its own."""
+    (record,) = score_checkpoints([manifest], eval_json, bpe, prepared, [out], threads)
+    return record
 
 
 def _score(task, manifest, name=None):
@@ -264,3 +270,34 @@ def test_a_manifest_missing_a_key_is_named(task, tmp_path):
     bad.write_text(json.dumps(manifest))
     with pytest.raises(LnReproError, match=r"epoch002\.json: missing key\(s\) updates"):
         score_checkpoint(bad, task["eval_json"], task["bpe"], task["prepared"], tmp_path / "o.json", threads=1)
+
+
+def _without_timing(record: dict) -> dict:
+    out = {k: v for k, v in record.items() if k not in ("wall_s", "cpu_s", "job_checkpoints", "manifest")}
+    out["splits"] = {split: None if v is None else {k: x for k, x in v.items() if k not in ("decode_s", "sent_per_s")}
+                     for split, v in record["splits"].items()}
+    return out
+
+
+def test_one_job_scores_many_checkpoints_as_jobs_of_their_own(task, tmp_path):
+    """Three checkpoints (untrained, trained, diverged) in one process: each score file and its hypotheses are
+    those of a job of its own, and the records share the job's time out among themselves."""
+    manifests = [task["untrained"], task["trained"], task["diverged"]]
+    outs = [tmp_path / "eval" / m.name for m in manifests]
+    records = [r.to_dict() for r in score_checkpoints(manifests, task["eval_json"], task["bpe"], task["prepared"],
+                                                      outs, threads=1)]
+    for manifest, out, record in zip(manifests, outs, records):
+        alone, alone_out = _score(task, manifest)
+        assert _without_timing(record) == _without_timing(alone)
+        assert json.loads(out.read_text()) == json.loads(json.dumps(record))
+        for split in ("valid", "test"):
+            assert read_lines(RunFolder.hypotheses_beside(out, split)) == read_lines(
+                RunFolder.hypotheses_beside(alone_out, split))
+        assert record["job_checkpoints"] == 3 and alone["job_checkpoints"] == 1
+        assert record["wall_s"] > 0 and record["cpu_s"] > 0
+
+
+def test_manifests_and_score_files_must_pair(task, tmp_path):
+    with pytest.raises(LnReproError, match="2 manifests and 1 score files"):
+        score_checkpoints([task["trained"], task["untrained"]], task["eval_json"], task["bpe"], task["prepared"],
+                          [tmp_path / "o.json"], threads=1)

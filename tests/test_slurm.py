@@ -1,4 +1,4 @@
-"""A two-run, two-epoch selection of the demo (conftest.DEMO_PAIR: every stage of the DAG, 21 jobs) through
+"""A two-run, two-epoch selection of the demo (conftest.DEMO_PAIR: every stage of the DAG, 19 jobs) through
 `--profile profiles/slurm` on a real one-node SLURM (tests/slurm_cluster.py).
 
 Checks that every training and scoring job went through sbatch (the SLURM job id each of their

@@ -61,10 +61,12 @@ def _train(a: argparse.Namespace) -> None:
 
 
 def _evaluate(a: argparse.Namespace) -> None:
-    from .evaluate.score import score_checkpoint
+    from .evaluate.score import score_checkpoints
+    from .paths import RunFolder
 
-    result = score_checkpoint(a.manifest, a.eval_config, a.bpe, a.prepared, a.out, a.threads)
-    print(result.text(), end="")
+    manifests = a.manifest or [RunFolder.manifest_scored_by(out) for out in a.out]
+    for result in score_checkpoints(manifests, a.eval_config, a.bpe, a.prepared, a.out, a.threads):
+        print(result.text(), end="")
 
 
 def _gradinit(a: argparse.Namespace) -> None:
@@ -139,13 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=count, default=1)
     t.set_defaults(func=_train)
 
-    e = sub.add_parser("evaluate", help="score one epoch checkpoint: validation loss, decoding, BLEU")
-    e.add_argument("--manifest", type=Path, required=True, help="epochs/epochNNN.json")
+    e = sub.add_parser("evaluate", help="score epoch checkpoints in one process: validation loss, decoding, BLEU")
+    e.add_argument("--manifest", type=Path, nargs="+",
+                   help="epochs/epochNNN.json for each --out, in its order (default: the manifest of each --out's "
+                        "epoch in its run folder, as the workflow runs it)")
     e.add_argument("--eval-config", type=Path, required=True,
                    help="the scoring slice of its epoch's group (eval.json or eval_{splits}.json)")
     e.add_argument("--bpe", type=Path, required=True)
     e.add_argument("--prepared", type=Path, required=True)
-    e.add_argument("--out", type=Path, required=True, help="eval/epochNNN.json (hypotheses beside it)")
+    e.add_argument("--out", type=Path, nargs="+", required=True,
+                   help="the score files, eval/epochNNN.json (hypotheses beside each)")
     e.add_argument("--threads", type=count, default=1)
     e.set_defaults(func=_evaluate)
 

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import LnReproError
+
 LANGS: tuple[str, ...] = ("de", "en")  # source, target: the paper's direction
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
 DOWNLOADS = "results/downloads"  # shared by every experiment: a download is checksum-verified once
@@ -79,6 +81,16 @@ class RunFolder:
 
     def hypotheses(self, ep: int | str = "{ep}", split: str = "{split}") -> str:
         return self._at(f"eval/epoch{_epoch(ep)}.{split}.hyp")
+
+    @classmethod
+    def manifest_scored_by(cls, score: str | Path) -> Path:
+        """The epoch manifest ``epochs/epochNNN.json`` of a score file ``eval/epochNNN.json`` (a scoring job is
+        told its score files; the checkpoints are those of the same run folder and epochs)."""
+        score = Path(score)
+        found = re.fullmatch(r"epoch(\d{3})\.json", score.name)
+        if found is None or score.parent.name != "eval":
+            raise LnReproError(f"{score}: not a score file eval/epochNNN.json of a run folder; name the manifest")
+        return Path(cls(str(score.parent.parent)).epoch_manifest(found.group(1)))
 
     @staticmethod
     def hypotheses_beside(score: str | Path, split: str) -> Path:

@@ -176,15 +176,16 @@ class CheckpointScores(Record):
     verified before loading; manifest: the manifest's path. decode: per split, the decoding options used.
     label_smoothing: epsilon of the validation loss. model_config: the checkpoint's ModelConfig (absent when
     not ok). threads, torch: torch's intra-op threads and version. where_ran: host, device, slurm_job_id.
-    wall_s: wall-clock of the whole job; cpu_s: the job process's CPU-seconds, its start and imports included
-    (absent in a score file of an older lnrepro). splits: per split its ``SplitScores``, None when not ok.
+    wall_s, cpu_s: the checkpoint's share of its scoring job's wall-clock and CPU-seconds (its own scoring plus
+    the job's start and imports divided equally among the ``job_checkpoints`` it scored; cpu_s and
+    job_checkpoints are absent in a score file of an older lnrepro, whose job scored one checkpoint). splits: per split its ``SplitScores``, None when not ok.
     inputs_sha256: sha256 of every file the scores were computed from, by name (the scoring slice; when ok
     also ``spm.model``, each split's ``{split}.de.ids``, ``{split}.en.ids``, references ``{split}.en`` and
     ``{split}.raw.en``; the weights are ``weights_sha256``); absent in a score file of an older lnrepro.
     """
 
     STATUSES: ClassVar[tuple[RunStatus, ...]] = EpochManifest.STATUSES
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config", "inputs_sha256", "cpu_s"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config", "inputs_sha256", "cpu_s", "job_checkpoints"})
 
     epoch: int
     status: RunStatus
@@ -204,6 +205,7 @@ class CheckpointScores(Record):
     model_config: dict[str, Any] | None = None
     inputs_sha256: dict[str, str] | None = None
     cpu_s: float | None = None
+    job_checkpoints: int | None = None
 
 
 @dataclass(frozen=True)

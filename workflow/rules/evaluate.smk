@@ -1,7 +1,11 @@
-# Scoring: one job per epoch manifest (validation loss, decoding, both BLEU kinds on the splits scored at its
-# epoch, each with its own decoding). A rule's outputs are fixed patterns, so each group of splits scored
-# together (SCORING, common.smk) is one rule over its epochs: its outputs are exactly its splits' hypotheses and
-# it reads its group's slice. Every variant is sized, logged and benchmarked as score_checkpoint.
+# Scoring: one job per run, seed and group of splits scored together (SCORING, common.smk), which scores every
+# checkpoint of that group in one process (validation loss, decoding, both BLEU kinds, each split with its own
+# decoding) and writes one score file per checkpoint. One process, not one per checkpoint: each job's start
+# (Python, torch, the splits) cost about 3.5 CPU-seconds, as much as scoring a Multi30k checkpoint greedily
+# (docs/measurements.md, issue 21). Training writes every epoch manifest at its end, so no scoring could start
+# earlier. A rule's outputs are fixed patterns, so each group is one rule over its epochs: its outputs are
+# exactly its splits' hypotheses and it reads its group's slice. Every variant is sized, logged and benchmarked
+# as score_checkpoint.
 
 for _splits, _epochs in X.eval.groups().items():
 
@@ -9,27 +13,29 @@ for _splits, _epochs in X.eval.groups().items():
         name:
             "score_checkpoint" + SCORING[_splits]
         input:
-            manifest=P.epoch_manifest(),
+            # the training's summary, not its epoch manifests: the same input whatever epochs the group has, so
+            # that regrouping the epochs (a split's epochs changed) rescores only the checkpoints that gain or
+            # lose a split. Training writes every manifest before it (one job); lnrepro evaluate reads the
+            # manifest of each score file's epoch.
+            summary=P.summary(),
             eval=P.eval_json(SCORING[_splits]),
             spm=P.spm_model[0],
             ids=P.bpe_ids,
             refs=P.prepared_files,
         output:
-            json=P.score(),
-            hyp=P.hypotheses(_splits),
-        wildcard_constraints:
-            ep="|".join(f"{ep:03d}" for ep in _epochs),
+            json=[P.score(ep=f"{ep:03d}") for ep in _epochs],
+            hyp=[h for ep in _epochs for h in P.hypotheses(_splits, ep=f"{ep:03d}")],
         threads: res("score_checkpoint").threads
         resources:
             **job_resources("score_checkpoint"),
         log:
-            P.log("score_checkpoint", "{run}.seed{seed}.epoch{ep}"),
+            P.log("score_checkpoint", "{run}.seed{seed}" + SCORING[_splits]),
         benchmark:
-            P.benchmark("score_checkpoint", "{run}.seed{seed}.epoch{ep}")
+            P.benchmark("score_checkpoint", "{run}.seed{seed}" + SCORING[_splits])
         conda:
             CONDA_ENV
         shell:
-            "lnrepro evaluate --manifest {input.manifest} --eval-config {input.eval} --bpe " + P.bpe + " --prepared " + P.prepared + " --out {output.json} --threads {threads} > {log} 2>&1"
+            "lnrepro evaluate --out {output.json} --eval-config {input.eval} --bpe " + P.bpe + " --prepared " + P.prepared + " --threads {threads} > {log} 2>&1"
 
 
 rule evaluate:

@@ -43,7 +43,6 @@ Decisions:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import re
@@ -157,12 +156,13 @@ def token_loss(eps: float, precision: str, device) -> Callable[[Any, Batch], Any
     tokens, divided by their number; the forward pass under bf16 autocast when ``precision`` says so."""
     import torch
 
+    from ..precision import autocast
     from ..train.loss import label_smoothed_nll_loss
     from ..vocab import PAD
 
     def loss(model, batch: Batch):
         src, prev, target = (x.to(device) for x in batch)
-        with torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext():
+        with autocast(device, precision):
             logits = model(src, prev)
         loss_sum, _ = label_smoothed_nll_loss(logits, target, eps)  # log-softmax in fp32 either way
         return loss_sum / int(target.ne(PAD).sum())

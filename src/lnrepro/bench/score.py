@@ -6,9 +6,9 @@ without incremental state does), on the same model and sentences, outputs compar
 the trained-ish model only: an untrained one decodes every sentence to the 200-token limit, where the uncached
 decoder's cost grows with the square of the length and one repetition takes minutes.
 
-The job: what one ``score_checkpoint`` job does, in memory: load the weights and the splits, then scoring's
-core ``lnrepro.evaluate.score.score`` with the eval settings of config.yaml (beam 5, length penalty 1.2, fp32);
-the trained-ish model on valid + test (what one ``score_checkpoint`` rule costs), and trained-ish against
+The job: what a ``score_checkpoint`` job does per checkpoint, in memory: load the weights and the splits, then
+scoring's core ``lnrepro.evaluate.score.score`` with the eval settings of config.yaml (beam 5, length penalty
+1.2, fp32); the trained-ish model on valid + test (one checkpoint of the paper config's scoring), and trained-ish against
 untrained on the first test sentences. The job's own file writing (a JSON and the hypotheses) is left out.
 """
 

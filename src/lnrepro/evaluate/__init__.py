@@ -1,5 +1,5 @@
 """Evaluation: fairseq-0.9.0-style beam search with the KV cache, both BLEU kinds, per-checkpoint scoring
-(``lnrepro.evaluate.score``: ``score``, the in-memory core, and ``score_checkpoint``, the job around it)."""
+(``lnrepro.evaluate.score``: ``score``, the in-memory core, and ``score_checkpoints``, the job around it)."""
 
 from .bleu import BleuResult, detok_sacrebleu, detokenize, ids_to_text, load_spm, tokenized_bleu
 from .search import DecodeOptions, Hyp, beam_search, beam_search_nbest, greedy, translate
@@ -18,10 +18,10 @@ __all__ = [
     "tokenized_bleu",
     "translate",
     "read_scoring_data",
-    "score_checkpoint",
+    "score_checkpoints",
 ]
 
-_SCORING = ("read_scoring_data", "score_checkpoint")
+_SCORING = ("read_scoring_data", "score_checkpoints")
 
 
 def __getattr__(name: str):

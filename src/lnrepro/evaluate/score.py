@@ -1,14 +1,15 @@
-"""Score one checkpoint: validation loss, decoding, tokenized BLEU and sacreBLEU on each split of its slice.
+"""Score checkpoints: validation loss, decoding, tokenized BLEU and sacreBLEU on each split of a scoring slice.
 
 ``score(model, settings, data)`` is the in-memory core: a model, a scoring slice (``ScoreSettings``: the splits
 with each split's decoding) and the splits' encoded sentences and references (``ScoringData``) in, one
 ``lnrepro.records.SplitScores`` and the hypotheses per split out. The bench calls it as it is.
 
-``score_checkpoint`` is the job of the ``score_checkpoint`` rules, a shell around the core. It reads one epoch
-manifest and its group's scoring slice (``eval.json`` or ``eval_{splits}.json``, validated when the config was
-loaded), checks that the BPE folder is the one the weights were trained with (``spm.model`` against the
-manifest's ``data_sha256``, the encoded splits against ``bpe/stats.json``'s ``spm_model_sha256``), loads the
-weights the manifest names (their sha256 checked) and the splits, scores, and writes
+``score_checkpoints`` is the job of the ``score_checkpoint`` rules, a shell around the core: one process for
+every checkpoint of a run and seed that one group of splits is scored at (torch, the slice and the splits are
+loaded once). It reads the group's scoring slice (``eval.json`` or ``eval_{splits}.json``, validated when the
+config was loaded) and, per epoch manifest, checks that the BPE folder is the one the weights were trained with
+(``spm.model`` against the manifest's ``data_sha256``, the encoded splits against ``bpe/stats.json``'s
+``spm_model_sha256``), loads the weights the manifest names (their sha256 checked), scores, and writes
 ``eval/epochNNN.json`` (``lnrepro.records.CheckpointScores``, with the digest of every file it read) plus
 ``eval/epochNNN.{split}.hyp`` for each of
 those splits (the tokenized, lowercased hypotheses, one per source line, in input order: the text tokenized
@@ -28,9 +29,11 @@ import torch
 
 from ..config.settings import ScoreSettings, SplitDecoding
 from ..errors import LnReproError
-from ..io import atomic_write_lines, cpu_name, file_sha256, process_cpu_s, read_json, read_lines, where_ran
+from ..io import (atomic_write_lines, cpu_name, file_sha256, process_cpu_s, process_wall_s, read_json, read_lines,
+                  where_ran)
 from ..memory import keep_freed_memory
 from ..paths import RunFolder
+from ..precision import autocast
 from ..records import CheckpointScores, EpochManifest, RunStatus, SplitScores
 from ..train.batching import collate, read_ids
 from ..train.loss import label_smoothed_nll_loss
@@ -38,7 +41,7 @@ from ..vocab import PAD
 from .bleu import detok_sacrebleu, ids_to_text, load_spm, tokenized_bleu
 from .search import DecodeOptions, length_batches, translate
 
-__all__ = ["ScoringData", "Scores", "SplitData", "decode_options", "read_scoring_data", "score", "score_checkpoint",
+__all__ = ["ScoringData", "Scores", "SplitData", "decode_options", "read_scoring_data", "score", "score_checkpoints",
            "validation_loss"]
 
 LN2 = math.log(2.0)
@@ -65,8 +68,7 @@ def validation_loss(model: torch.nn.Module, src: list[list[int]], tgt: list[list
     loss_sum = nll_sum = 0.0
     ntok = 0
     lens = [max(len(s), len(t)) for s, t in zip(src, tgt)]
-    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-    with autocast:
+    with autocast(device, precision):
         for idx in length_batches(lens, max_tokens):
             s, prev, target = collate([src[i] for i in idx], [tgt[i] for i in idx])
             s, prev, target = s.to(device), prev.to(device), target.to(device)
@@ -187,50 +189,66 @@ def score(model: torch.nn.Module, settings: ScoreSettings, data: ScoringData, la
     return Scores(per_split, hypotheses)
 
 
-def score_checkpoint(manifest: Path, eval_json: Path, bpe_dir: Path, prepared_dir: Path, out_json: Path,
-                     threads: int) -> CheckpointScores:
-    """Evaluate the checkpoint a manifest names on every split of its scoring slice, each with its decoding;
-    write out_json and the splits' .hyp files beside it."""
+def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, prepared_dir: Path,
+                      out_jsons: list[Path], threads: int) -> list[CheckpointScores]:
+    """Evaluate the checkpoint each manifest names on every split of the scoring slice, each with its decoding,
+    in this one process; write each out_json (and the splits' .hyp files beside it) as soon as it is scored.
+
+    A record's wall_s and cpu_s are its checkpoint's share of the job: its own scoring plus the job's start-up
+    (imports, the slice, the splits) divided equally among the job's checkpoints, so that a job's records sum to
+    its wall-clock and CPU time (``job_checkpoints`` says among how many)."""
     from ..model import load_model
 
-    t0 = time.perf_counter()
-    manifest, eval_json, bpe_dir, prepared_dir, out_json = map(Path, (manifest, eval_json, bpe_dir, prepared_dir,
-                                                                     out_json))
+    manifests, out_jsons = [Path(m) for m in manifests], [Path(o) for o in out_jsons]
+    if len(manifests) != len(out_jsons) or not manifests:
+        raise LnReproError(f"{len(manifests)} manifests and {len(out_jsons)} score files: one score file each")
+    eval_json, bpe_dir, prepared_dir = map(Path, (eval_json, bpe_dir, prepared_dir))
     torch.set_num_threads(max(1, int(threads)))
     keep_freed_memory()
     settings = ScoreSettings.read(eval_json)
-    m = EpochManifest.read(manifest)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     splits = list(settings.splits)
-    common: dict[str, Any] = {
-        "epoch": m.epoch, "status": m.status, "run": m.run, "seed": m.seed, "updates": m.updates,
-        "weights": m.weights, "weights_sha256": m.sha256, "manifest": str(manifest),
-        "decode": {split: dataclasses.asdict(decode_options(s, settings.max_tokens))
-                   for split, s in settings.splits.items()},
-        "label_smoothing": settings.label_smoothing, "threads": int(threads), "torch": torch.__version__,
-        "where_ran": where_ran(dev_name),
-    }
-    inputs = {eval_json.name: file_sha256(eval_json)}  # the digests of the files read, in the score file
+    data: dict[int, ScoringData] = {}  # the splits, read once (per vocabulary size: the ids are checked by it)
+    n = len(manifests)
+    startup_wall, startup_cpu = process_wall_s(), process_cpu_s()  # since the process started: imports included
 
-    if m.status != RunStatus.OK:
-        # diverged (or stopped early): nothing to decode; the declared .hyp outputs exist and are empty
-        for split in splits:
-            atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), [])
-        record = CheckpointScores(**common, splits={split: None for split in splits}, inputs_sha256=inputs,
-                                  wall_s=time.perf_counter() - t0, cpu_s=process_cpu_s())
+    records = []
+    for manifest, out_json in zip(manifests, out_jsons):
+        t0, c0 = time.perf_counter(), process_cpu_s()
+        m = EpochManifest.read(manifest)
+        common: dict[str, Any] = {
+            "epoch": m.epoch, "status": m.status, "run": m.run, "seed": m.seed, "updates": m.updates,
+            "weights": m.weights, "weights_sha256": m.sha256, "manifest": str(manifest),
+            "decode": {split: dataclasses.asdict(decode_options(s, settings.max_tokens))
+                       for split, s in settings.splits.items()},
+            "label_smoothing": settings.label_smoothing, "threads": int(threads), "torch": torch.__version__,
+            "where_ran": where_ran(dev_name), "job_checkpoints": n,
+        }
+        inputs = {eval_json.name: file_sha256(eval_json)}  # the digests of the files read, in the score file
+
+        def cost() -> dict[str, float]:
+            return {"wall_s": time.perf_counter() - t0 + startup_wall / n,
+                    "cpu_s": process_cpu_s() - c0 + startup_cpu / n}
+
+        if m.status != RunStatus.OK:
+            # diverged (or stopped early): nothing to decode; the declared .hyp outputs exist and are empty
+            for split in splits:
+                atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), [])
+            record = CheckpointScores(**common, splits={split: None for split in splits}, inputs_sha256=inputs,
+                                      **cost())
+        else:
+            check_bpe(m, manifest, bpe_dir)
+            model = load_model(m.weights_file(RunFolder.of_manifest(manifest).root, manifest), device=device)
+            vocab = model.cfg.vocab_size
+            if vocab not in data:
+                data[vocab] = read_scoring_data(bpe_dir, prepared_dir, splits, vocab)
+            scores = score(model, settings, data[vocab], label=f"epoch{m.epoch:03d}")
+            for split, hyps in scores.hypotheses.items():
+                atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), hyps)
+            read = [bpe_dir / "spm.model", *(f for split in splits for f in split_files(bpe_dir, prepared_dir, split))]
+            record = CheckpointScores(**common, model_config=dataclasses.asdict(model.cfg), splits=scores.splits,
+                                      inputs_sha256={**inputs, **{f.name: file_sha256(f) for f in read}}, **cost())
         record.write(out_json)
-        return record
-
-    check_bpe(m, manifest, bpe_dir)
-    model = load_model(m.weights_file(RunFolder.of_manifest(manifest).root, manifest), device=device)
-    data = read_scoring_data(bpe_dir, prepared_dir, splits, model.cfg.vocab_size)
-    scores = score(model, settings, data, label=f"epoch{m.epoch:03d}")
-    for split, hyps in scores.hypotheses.items():
-        atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), hyps)
-    read = [bpe_dir / "spm.model", *(f for split in splits for f in split_files(bpe_dir, prepared_dir, split))]
-    record = CheckpointScores(**common, model_config=dataclasses.asdict(model.cfg), splits=scores.splits,
-                              inputs_sha256={**inputs, **{f.name: file_sha256(f) for f in read}},
-                              wall_s=time.perf_counter() - t0, cpu_s=process_cpu_s())
-    record.write(out_json)
-    return record
+        records.append(record)
+    return records

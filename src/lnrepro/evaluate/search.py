@@ -56,6 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..precision import autocast
 from ..vocab import EOS, PAD, UNK
 
 __all__ = ["DecodeOptions", "Hyp", "greedy", "beam_search", "beam_search_nbest", "translate", "pad_batch",
@@ -555,8 +556,8 @@ def translate(model: Any, src_seqs: Sequence[Sequence[int]], opts: DecodeOptions
         model.eval()
     results: list[list[int] | None] = [None] * len(src_seqs)
     batches = length_batches([len(s) for s in src_seqs], opts.max_tokens)
-    autocast = torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=opts.precision == "bf16")
-    with tqdm(total=len(src_seqs), desc=desc, unit="sent", disable=not progress, leave=False) as bar, autocast:
+    with tqdm(total=len(src_seqs), desc=desc, unit="sent", disable=not progress, leave=False) as bar, \
+            autocast(device, opts.precision):
         for idx in batches:
             src = pad_batch([src_seqs[i] for i in idx], device)
             if opts.beam == 1:

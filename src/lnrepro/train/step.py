@@ -12,7 +12,6 @@ as logged); the optimizer's step.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,6 +20,7 @@ import torch
 
 from ..config import OptimSettings, ScheduleSettings
 from ..model import Transformer
+from ..precision import autocast
 from ..vocab import PAD
 from .gradstats import layer_grad_norms, total_grad_norm
 from .loss import label_smoothed_nll_loss
@@ -61,11 +61,6 @@ class StepResult:
     stepped: bool  # False: the loss failed the divergence check and nothing was updated
     grad_norm: float | None = None  # total norm before clipping (clipping or inspect)
     grad_norms: dict[str, Any] | None = None  # per layer (inspect)
-
-
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """bf16 autocast on ``device``, or nothing for fp32."""
-    return torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
 
 def train_step(model: Transformer, optimizer: torch.optim.Optimizer, batch: StepBatch, t: int, epoch: int,
