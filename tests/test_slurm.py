@@ -123,12 +123,17 @@ def test_every_train_and_score_job_ran_through_sbatch(slurm_run, demo_pair_run):
     assert not missing, f"no SLURM job id recorded in: {missing}"
     unknown = {str(p.relative_to(exp_dir)): i for p, i in ids.items() if i not in submitted}
     assert not unknown, f"job ids not among those snakemake submitted ({sorted(submitted, key=int)}): {unknown}"
-    # run.json and summary.json of one run come from the same job; different runs and scorings from different ones
+    # run.json and summary.json of one run come from the same job, and so do the score files of one run and
+    # group of splits (one scoring job per training and group); different runs and groups from different ones
     run_ids = {p.parent: ids[p] for p in train}
     for p in train:
         assert ids[p] == run_ids[p.parent], f"{p}: run.json and summary.json written by different jobs"
-    distinct = list(run_ids.values()) + [ids[p] for p in evals]
-    assert len(set(distinct)) == len(distinct), "two trainings/scorings share a SLURM job"
+    groups: dict[tuple, set] = {}
+    for p in evals:
+        groups.setdefault((p.parent.parent, tuple(json.loads(p.read_text())["splits"])), set()).add(ids[p])
+    assert all(len(g) == 1 for g in groups.values()), f"one group's score files from several jobs: {groups}"
+    distinct = list(run_ids.values()) + [next(iter(g)) for g in groups.values()]
+    assert len(set(distinct)) == len(distinct), "two trainings/scoring jobs share a SLURM job"
 
     # the local run recorded none
     local_ids = [_slurm_job_id(json.loads(p.read_text())) for p in eval_jsons(local) + _train_jsons(local)]
