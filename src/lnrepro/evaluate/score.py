@@ -211,6 +211,10 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
     splits = list(settings.splits)
     data: dict[int, ScoringData] = {}  # the splits, read once (per vocabulary size: the ids are checked by it)
     n = len(manifests)
+    decode = {split: dataclasses.asdict(decode_options(s, settings.max_tokens)) for split, s in settings.splits.items()}
+    inputs = {eval_json.name: file_sha256(eval_json)}  # the digests of the files read, in each score file
+    read = [bpe_dir / "spm.model", *(f for split in splits for f in split_files(bpe_dir, prepared_dir, split))]
+    read_sha256: dict[str, str] = {}  # those of the BPE model and the splits, hashed once when first read
     startup_wall, startup_cpu = process_wall_s(), process_cpu_s()  # since the process started: imports included
 
     records = []
@@ -220,12 +224,9 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
         common: dict[str, Any] = {
             "epoch": m.epoch, "status": m.status, "run": m.run, "seed": m.seed, "updates": m.updates,
             "weights": m.weights, "weights_sha256": m.sha256, "manifest": str(manifest),
-            "decode": {split: dataclasses.asdict(decode_options(s, settings.max_tokens))
-                       for split, s in settings.splits.items()},
-            "label_smoothing": settings.label_smoothing, "threads": int(threads), "torch": torch.__version__,
+            "decode": decode, "label_smoothing": settings.label_smoothing, "threads": int(threads), "torch": torch.__version__,
             "where_ran": where_ran(dev_name), "job_checkpoints": n,
         }
-        inputs = {eval_json.name: file_sha256(eval_json)}  # the digests of the files read, in the score file
 
         def cost() -> dict[str, float]:
             return {"wall_s": time.perf_counter() - t0 + startup_wall / n,
@@ -243,12 +244,12 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
             vocab = model.cfg.vocab_size
             if vocab not in data:
                 data[vocab] = read_scoring_data(bpe_dir, prepared_dir, splits, vocab)
+                read_sha256 = read_sha256 or {f.name: file_sha256(f) for f in read}
             scores = score(model, settings, data[vocab], label=f"epoch{m.epoch:03d}")
             for split, hyps in scores.hypotheses.items():
                 atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), hyps)
-            read = [bpe_dir / "spm.model", *(f for split in splits for f in split_files(bpe_dir, prepared_dir, split))]
             record = CheckpointScores(**common, model_config=dataclasses.asdict(model.cfg), splits=scores.splits,
-                                      inputs_sha256={**inputs, **{f.name: file_sha256(f) for f in read}}, **cost())
+                                      inputs_sha256={**inputs, **read_sha256}, **cost())
         record.write(out_json)
         records.append(record)
     return records
