@@ -211,7 +211,8 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
     splits = list(settings.splits)
     data: dict[int, ScoringData] = {}  # the splits, read once (per vocabulary size: the ids are checked by it)
     n = len(manifests)
-    decode = {split: dataclasses.asdict(decode_options(s, settings.max_tokens)) for split, s in settings.splits.items()}
+    decode = {split: dataclasses.asdict(decode_options(s, settings.max_tokens))
+              for split, s in settings.splits.items()}
     inputs = {eval_json.name: file_sha256(eval_json)}  # the digests of the files read, in each score file
     read = [bpe_dir / "spm.model", *(f for split in splits for f in split_files(bpe_dir, prepared_dir, split))]
     read_sha256: dict[str, str] = {}  # those of the BPE model and the splits, hashed once when first read
