@@ -225,7 +225,8 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
         common: dict[str, Any] = {
             "epoch": m.epoch, "status": m.status, "run": m.run, "seed": m.seed, "updates": m.updates,
             "weights": m.weights, "weights_sha256": m.sha256, "manifest": str(manifest),
-            "decode": decode, "label_smoothing": settings.label_smoothing, "threads": int(threads), "torch": torch.__version__,
+            "decode": decode, "label_smoothing": settings.label_smoothing, "threads": int(threads),
+            "torch": torch.__version__,
             "where_ran": where_ran(dev_name), "job_checkpoints": n,
         }
 
