@@ -4,6 +4,9 @@
 from 1,024 tokens on means the update is bound by the work per token, not by the number of operations (so
 batching seeds into one model, which only makes operations larger, buys nothing).
 
+``--mfu``: ms per update, model GFLOP/s and MFU against the 2048^2 matmul peak timed in the same process between
+updates (run two at once, one per core, to see what the study's two trainings at once get).
+
 ``--levers``: the levers side by side in one process, each on a model of its own with the same initialization,
 trained on the same batches in turn, the order alternating batch by batch (the hosts this project runs on drift
 by up to 2x within minutes, which separate processes would read as differences): the update before the levers
@@ -12,6 +15,7 @@ logits as well (training's ``train_step``).
 
     python benchmarks/study_step.py --data /path/to/multi30k --levers --precision bf16
     python benchmarks/study_step.py --data /path/to/multi30k --scaling --precision fp32
+    python benchmarks/study_step.py --data /path/to/multi30k --mfu --precision fp32
 
 Run it with one thread on an otherwise idle core (``taskset -c 1``); docs/measurements.md has the results.
 """
@@ -29,6 +33,7 @@ import torch
 import lnrepro.model.transformer as transformer
 from lnrepro.bench.batches import Batch, sample_batches
 from lnrepro.bench.corpus import open_corpus
+from lnrepro.bench.mfu import matmul
 from lnrepro.bench.sizes import CONSTANT, OPTIM, SIZES
 from lnrepro.memory import keep_freed_memory
 from lnrepro.model import Transformer
@@ -102,6 +107,28 @@ def scaling(corpus, precision: str, norm: str, updates: int) -> None:
               f"{tokens / updates:6,.0f} target tokens/update")
 
 
+def mfu(batches: list[Batch], precision: str, norm: str) -> None:
+    model, opt = _model(norm)
+    settings = StepSettings(OPTIM, CONSTANT, precision, math.inf)
+    peak_run, peak_flops = matmul(precision, 2048, 2)
+    cpu = peak_s = flops = 0.0
+    tokens = 0
+    for i, b in enumerate(batches):
+        t0 = time.process_time()
+        train_step(model, opt, b, 0, 1, settings)
+        if i >= WARMUP:
+            cpu += time.process_time() - t0
+            flops, tokens = flops + b.flops(model), tokens + b.ntok
+            t0 = time.process_time()
+            peak_run()
+            peak_s += time.process_time() - t0
+    timed = len(batches) - WARMUP
+    peak = peak_flops * timed / peak_s
+    print(f"{precision}: {1000 * cpu / timed:.1f} ms/update, {tokens / timed:,.0f} target tokens/update, "
+          f"{flops / timed / 1e9:.2f} GFLOP/update, model {flops / cpu / 1e9:.1f} GFLOP/s, matmul peak "
+          f"{peak / 1e9:.1f} GFLOP/s, MFU {flops / cpu / peak:.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="auto", help="a Multi30k mirror folder (default: the bench's auto)")
@@ -111,6 +138,7 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=36, help="timed updates per variant or batch size (default 36)")
     ap.add_argument("--levers", action="store_true")
     ap.add_argument("--scaling", action="store_true")
+    ap.add_argument("--mfu", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(1)
     with contextlib.suppress(RuntimeError):
@@ -120,6 +148,9 @@ def main() -> None:
     if a.levers:
         src, tgt = corpus.pairs(SIZE.vocab, "train")
         levers(sample_batches(src, tgt, a.updates + WARMUP, SIZE.max_tokens, 1), a.precision, a.norm)
+    if a.mfu:
+        src, tgt = corpus.pairs(SIZE.vocab, "train")
+        mfu(sample_batches(src, tgt, a.updates + WARMUP, SIZE.max_tokens, 1), a.precision, a.norm)
     if a.scaling:
         scaling(corpus, a.precision, a.norm, a.updates)
 
