@@ -166,8 +166,9 @@ def fates_view(fates: pd.DataFrame, budget: str) -> pd.DataFrame:
     if f.empty:
         return f
     against = f["reference"].where(f["reference"] != "", "best")
-    return pd.DataFrame({"run": f["run"], "seed": f["seed"], "against": against, "BLEU": f["bleu"], "BLEU / against": f["bleu_fraction"], "NLL (bits)": f["nll"],
-                         "NLL / against": f["nll_ratio"], "fate": f["fate"]})
+    return pd.DataFrame({"run": f["run"], "seed": f["seed"], "against": against, "BLEU": f["bleu"],
+                         "BLEU / against": f["bleu_fraction"], "NLL (bits)": f["nll"], "NLL / against": f["nll_ratio"],
+                         "fate": f["fate"]})
 
 
 def implementation_notes(experiment: Experiment, notes: Sequence[str]) -> list[str]:
