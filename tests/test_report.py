@@ -430,6 +430,13 @@ def test_tuned_baselines_in_the_report(tmp_path):
     assert conf.loc["figure4_tuned", "runs"] == "postln_warmup_isqrt, preln_nowarmup_step8"
     assert conf.loc["figure4_tuned", "verdict"] == "confounded"
     assert "tuned against tuned" in conf.loc["figure4_tuned", "claim"]
+    brackets = pd.read_csv(exp_dir / "report" / "tables" / "tuned_brackets.csv").set_index("grid")
+    assert brackets.loc["g_post", ["axis", "best_run", "n_values", "position"]].tolist() == [
+        "schedule.warmup", "postln_warmup_isqrt", 2, "not ordered"]  # a switch: no upward or downward
+    tuned_html = html.unescape(_section(index.read_text(), "tuned"))
+    assert "Does each grid bracket its optimum?" in tuned_html and p.tables["tuned-brackets"][0][0] == "grid"
+    assert "Grid g_post: its best trial postln_warmup_isqrt (the lowest seed-mean valid_loss_base2 at epoch 3)" \
+        in tuned_html
 
 
 TUNED_GRIDS = {"g_post": {"base": "postln_warmup_isqrt", "values": {"schedule.warmup": [True, False]}, "seeds": SEEDS,

@@ -59,7 +59,7 @@ class ReportData:
             "scores_long": s.scores_long, "runs": s.run_facts, "budgets": s.budget_table, "cells": s.cells,
             "failures": s.failures, "seed_fates": s.seed_fates, "effects": s.effects,
             "effects_by_epoch": s.effects_by_epoch, "claims": s.claims, "tuned_grids": s.tuned_grids,
-            "tuned": s.tuned,
+            "tuned_brackets": s.brackets, "tuned": s.tuned,
             # the same rows as confounds.md, for readers of CSV (the README's generated results read figure4's)
             "confounds": self.confounds_table,
             **self.gradinit_tables,

@@ -35,6 +35,7 @@ from ..paths import ANSWER_MD
 from . import findings as fi
 from . import answer as an
 from . import equivalence as eq
+from . import tuned as tu
 from . import views as vw
 from .build import ReportData, build
 from .claims import STATUSES, fmt
@@ -180,7 +181,8 @@ def _tuned(page: Page) -> dict[str, Any]:
     grids = [{"name": name, "base": e.grids[name].base, "varies": ", ".join(e.grids[name].values),
               "seeds": ", ".join(map(str, e.grids[name].seeds)), "best": s.best.get(name, "none scored yet"),
               "table": t} for name, t in s.grids.items()]
-    return {"any": bool(e.grids), "last": s.last, "grids": grids, "tuned": s.tuned}
+    return {"any": bool(e.grids), "last": s.last, "grids": grids, "tuned": s.tuned, "brackets": s.brackets,
+            "bracket_sentences": tu.bracket_sentences(s.brackets)}
 
 
 def _variants(page: Page) -> dict[str, Any]:
