@@ -136,6 +136,34 @@ def test_failure_is_relative_to_the_best_run_on_bleu_and_nll():
     assert "0.5 x the best run's seed-mean BLEU" in bu.failure_rule(ReportSettings())
 
 
+def test_failure_judged_against_a_named_reference():
+    """analysis.report.failure_reference: a run listed there is judged against its reference's seed means at the
+    same epoch, not the best run's (issue 24: Post-LN without warm-up at the paper's lr against Post-LN with
+    warm-up at it); a reference without a finished seed leaves the run without a fate."""
+    slow = pd.DataFrame([{"run": run, "seed": seed, "epoch": 4, "status": "ok", "valid_bleu_tok": b + seed,
+                          "valid_nll_base2": n} for run, b, n in (("w", 10, 5.0), ("nw", 8, 5.5), ("x", 1, 9.0))
+                         for seed in (1, 2)])
+    e = pd.concat([fate_table(), slow], ignore_index=True)
+    runs = ["a", "w", "nw", "x"]
+    plain = bu.seed_fates(e, runs, [("epoch 4", 4)], "valid", ReportSettings()).set_index(["run", "seed"])
+    assert set(plain.loc["nw", "fate"]) == {bu.DID_NOT_TRAIN} and set(plain.loc["nw", "reference"]) == {""}
+    settings = ReportSettings(failure_reference={"nw": "w", "x": "w"})
+    by = bu.seed_fates(e, runs, [("epoch 4", 4)], "valid", settings).set_index(["run", "seed"])
+    assert set(by.loc["nw", "fate"]) == {bu.TRAINED}  # 9.5 / 11.5 BLEU and 5.5 / 5.0 bits of w's
+    assert by.loc[("nw", 1), "reference"] == "w" and by.loc[("nw", 1), "reference_bleu"] == 11.5
+    assert by.loc[("nw", 1), "bleu_fraction"] == pytest.approx(9 / 11.5)
+    assert by.loc[("nw", 1), "nll_ratio"] == pytest.approx(1.1) and by.loc[("nw", 1), "best_bleu_run"] == "a"
+    assert set(by.loc["x", "fate"]) == {bu.DID_NOT_TRAIN}  # against w too: 2 / 11.5 BLEU
+    assert set(by.loc["a", "fate"]) == {bu.TRAINED} and set(by.loc["a", "reference"]) == {""}  # the others as before
+    gone = bu.seed_fates(e, ["a", "nw", "x"], [("epoch 4", 4)], "valid", settings)  # w not selected
+    assert set(gone[gone["run"] == "nw"]["fate"]) == {bu.NO_REFERENCE}
+    f = bu.failure_table(gone, ["nw"], "epoch 4").set_index("run")
+    assert f.loc["nw", ["n_failed", "n_trained", "n_unfinished"]].tolist() == [0, 0, 2]
+    rule = bu.failure_rule(settings)
+    assert "analysis.report.failure_reference: nw against w; x against w" in rule
+    assert "failure_reference: none named" in bu.failure_rule(ReportSettings())
+
+
 def test_failure_rule_on_the_published_study():
     """Issue 22: at epoch 10 of the published CPU study every seed of the two Post-LN cells without warm-up did
     not train (0.0-4.8 BLEU) and every other seed trained (21.5-32.4)."""

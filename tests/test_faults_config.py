@@ -55,6 +55,19 @@ FAULTS = {
                                        r"\(train\.epochs = 3\)"),
     "budget epoch beyond the last epoch": ({"analysis": {"report": {"budget_epoch": 15}}},
                                            r"analysis\.report\.budget_epoch \(15\) must be before the last epoch"),
+    "failure reference that is not a run": (
+        {"analysis": {"report": {"failure_reference": {"postln_nowarmup_isqrt": "postln_warmup_isqr"}}}},
+        r"analysis\.report\.failure_reference\.postln_nowarmup_isqrt: 'postln_warmup_isqr' is not a run"),
+    "failure reference for a run that does not exist": (
+        {"analysis": {"report": {"failure_reference": {"postln_nowarmup": "postln_warmup_isqrt"}}}},
+        r"analysis\.report\.failure_reference\.postln_nowarmup: 'postln_nowarmup' is not a run"),
+    "a run its own failure reference": (
+        {"analysis": {"report": {"failure_reference": {"postln_warmup_isqrt": "postln_warmup_isqrt"}}}},
+        r"failure_reference\.postln_warmup_isqrt: a run cannot be its own reference"),
+    "a margin of 0": ({"analysis": {"report": {"equivalence_margins": {"bleu_tok": 0}}}},
+                      r"key analysis\.report\.equivalence_margins\.bleu_tok: 0 is less than or equal to the minimum"),
+    "a margin for an unknown metric": ({"analysis": {"report": {"equivalence_margins": {"bleu": 1.0}}}},
+                                       r"unknown key analysis\.report\.equivalence_margins\.bleu"),
 }
 
 
@@ -96,9 +109,25 @@ def test_a_config_fault_is_one_message_naming_the_key(tmp_path: Path, fault: str
     {"analysis": {"gradinit": {"after_warmup_run": None}}},
     # Named, but not selected: not measured (the rule is left out), so its schedule does not matter.
     {"analysis": {"gradinit": {"after_warmup_run": "preln_nowarmup_step8"}}, "select": ["postln_warmup_isqrt"]},
-], ids=["decay at the last epoch", "budget before the last epoch", "no after-warm-up run", "unselected"])
+    # A grid run judged against another grid run (issue 24's Post-LN runs at the paper's learning rate).
+    {"analysis": {"report": {"failure_reference": {"postln_warmup_isqrt__lr_max=6.0e-3__warmup_updates=140":
+                                                   "postln_warmup_isqrt__lr_max=1.5e-3__warmup_updates=140"}}}},
+], ids=["decay at the last epoch", "budget before the last epoch", "no after-warm-up run", "unselected",
+        "grid runs as failure reference"])
 def test_the_edges_of_the_new_checks_are_accepted(tmp_path: Path, layer: dict) -> None:
     cfg.experiment(cfg.load_config([REPO / "config.yaml", DEMO, _layer(tmp_path, layer)]))
+
+
+def test_report_settings_of_issue_24_typed_with_their_defaults(tmp_path: Path) -> None:
+    """A margin the config gives replaces its default only; the references are carried as given."""
+    report = cfg.experiment(cfg.load_config([REPO / "config.yaml", DEMO])).analysis.report
+    assert (report.equivalence_margins.bleu_tok, report.equivalence_margins.nll_base2) == (1.0, 0.05)
+    assert report.failure_reference == {}
+    layer = {"analysis": {"report": {"equivalence_margins": {"nll_base2": 0.1},
+                                     "failure_reference": {"postln_nowarmup_isqrt": "postln_warmup_isqrt"}}}}
+    report = cfg.experiment(cfg.load_config([REPO / "config.yaml", DEMO, _layer(tmp_path, layer)])).analysis.report
+    assert (report.equivalence_margins.bleu_tok, report.equivalence_margins.nll_base2) == (1.0, 0.1)
+    assert report.failure_reference == {"postln_nowarmup_isqrt": "postln_warmup_isqrt"}
 
 
 def test_only_a_given_after_warmup_run_must_exist() -> None:

@@ -90,6 +90,21 @@ def test_results_section_is_filled_from_the_tables(report: Path, tmp_path: Path)
         rr.update_readme(readme, report, "results/x/report", check=True)
 
 
+def test_the_section_leads_with_answer_md(report: Path, tmp_path: Path) -> None:
+    """A report with answer.md: the section starts with its sentences, under "The answer at this scale"; a report
+    written before answer.md (the published study's): the same section without them, nothing in their place."""
+    body = rr.results_markdown(report, "results/x/report")
+    paragraphs = (report / "answer.md").read_text(encoding="utf-8").rstrip("\n").split("\n\n")[1:]
+    assert body.startswith("**The answer at this scale** (`answer.md`, the report's Answer section):\n\n"
+                           + "\n\n".join(paragraphs) + "\n\nGenerated from `results/x/report`")
+    assert any(p.startswith("No equivalence test of validation BLEU") for p in paragraphs)
+    before = tmp_path / "before"
+    shutil.copytree(report / "tables", before / "tables")
+    older = rr.results_markdown(before, "results/x/report")
+    assert older.startswith("Generated from `results/x/report`") and "The answer at this scale" not in older
+    assert body.endswith(older)
+
+
 def test_a_missing_table_is_named(report: Path, tmp_path: Path) -> None:
     copy = tmp_path / "report"
     shutil.copytree(report / "tables", copy / "tables")

@@ -24,6 +24,7 @@ from lnrepro.analysis.report import make_report
 from lnrepro.analysis.results import read_results
 from lnrepro.config import Experiment
 from lnrepro.paper import DEVIATIONS
+from lnrepro.paths import Paths
 from lnrepro.records import CheckpointScores, EpochManifest, RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -321,6 +322,51 @@ def test_findings_open_the_page_and_come_from_the_tables(report):
     assert rows["figure4_postln_bleu"][5].startswith(f"{measured:.4g} [")  # the value [its interval]
 
 
+def test_answer_md_quotes_the_answer_section_and_the_equivalence_tests(report):
+    """answer.md: the Answer section's sentences (the answer's, then the end point's equivalence tests) as
+    paragraphs under a one-line heading; equivalence.csv on the page; an arm with a diverged seed is not tested."""
+    exp_dir, exp, index, p = report
+    out = exp_dir / "report"
+    assert Paths(exp.name).answer_md == "results/fake/report/answer.md"
+    md = (out / "answer.md").read_text(encoding="utf-8")
+    head, *paragraphs = md.rstrip("\n").split("\n\n")
+    assert head == "# The answer: fake" and "\n" not in "".join(paragraphs)
+    section = _section(index.read_text(), "answer").split('<li><a href="#answer">', 1)[0]  # up to the contents
+    assert paragraphs == [html.unescape(x) for x in re.findall(r"<li>(.*?)</li>", section)]
+    eq = pd.read_csv(out / "tables" / "equivalence.csv")
+    assert list(eq["metric"]) == ["valid_bleu_tok", "valid_nll_base2", "test_bleu_tok", "test_nll_base2"]
+    assert set(eq["verdict"]) == {"not tested"}  # preln_nowarmup_step8's seed 2 diverged at epoch 3
+    assert paragraphs[-1] == ("No equivalence test of validation BLEU, validation NLL, test BLEU and test NLL at epoch "
+                              "3: preln_nowarmup_step8 failed at epoch 3 (1 of 2 seeds: 1 diverged).")
+    assert p.tables["equivalence"][0][:3] == ["metric", "seeds (b / a)", "pooled sd"]
+    assert "answer.md" in _section(index.read_text(), "files")
+
+
+def test_equivalence_tested_and_failure_reference_printed(tmp_path):
+    """Without a failed arm the end point is tested (its resolution first); a run of
+    analysis.report.failure_reference is judged against its reference, which the failure rule names."""
+    exp_dir, exp = make_tree(tmp_path)
+    d = exp.to_dict()
+    d["analysis"]["report"]["failure_reference"] = {"postln_nowarmup_isqrt": "postln_warmup_isqrt"}
+    exp = Experiment.from_dict(d)
+    index = make_report(exp_dir, exp, exp_dir / "report")
+    tables = exp_dir / "report" / "tables"
+    eq = pd.read_csv(tables / "equivalence.csv").set_index("metric")
+    bleu_row = eq.loc["valid_bleu_tok"]
+    assert bleu_row["difference"] == pytest.approx(1.0) and (bleu_row["n_a"], bleu_row["n_b"]) == (2, 2)
+    assert bleu_row["verdict"] == "undetermined with these seeds"  # 2 seeds: the 95% interval includes 0
+    assert bleu_row["largest_equivalent"] == "none"  # the 90% half-width with two seeds a side exceeds 1 BLEU
+    md = (exp_dir / "report" / "answer.md").read_text(encoding="utf-8")
+    assert "Resolution of the validation BLEU test at epoch 3: 2 seeds of preln_nowarmup_step8" in md
+    assert md.index("Resolution of the validation BLEU") < md.index("Validation BLEU at epoch 3, Pre-LN minus Post-LN")
+    fates = pd.read_csv(tables / "seed_fates.csv", keep_default_na=False)
+    judged = fates[fates["run"] == "postln_nowarmup_isqrt"]
+    assert set(judged["reference"]) == {"postln_warmup_isqrt"}
+    assert set(fates.loc[fates["run"] != "postln_nowarmup_isqrt", "reference"]) == {""}
+    effects = html.unescape(_section(index.read_text(), "effects"))
+    assert "analysis.report.failure_reference: postln_nowarmup_isqrt against postln_warmup_isqrt" in effects
+
+
 def test_data_budget_effect_and_failure_tables(report):
     exp_dir, _, index, p = report
     tables = exp_dir / "report" / "tables"
@@ -384,6 +430,13 @@ def test_tuned_baselines_in_the_report(tmp_path):
     assert conf.loc["figure4_tuned", "runs"] == "postln_warmup_isqrt, preln_nowarmup_step8"
     assert conf.loc["figure4_tuned", "verdict"] == "confounded"
     assert "tuned against tuned" in conf.loc["figure4_tuned", "claim"]
+    brackets = pd.read_csv(exp_dir / "report" / "tables" / "tuned_brackets.csv").set_index("grid")
+    assert brackets.loc["g_post", ["axis", "best_run", "n_values", "position"]].tolist() == [
+        "schedule.warmup", "postln_warmup_isqrt", 2, "not ordered"]  # a switch: no upward or downward
+    tuned_html = html.unescape(_section(index.read_text(), "tuned"))
+    assert "Does each grid bracket its optimum?" in tuned_html and p.tables["tuned-brackets"][0][0] == "grid"
+    assert "Grid g_post: its best trial postln_warmup_isqrt (the lowest seed-mean valid_loss_base2 at epoch 3)" \
+        in tuned_html
 
 
 TUNED_GRIDS = {"g_post": {"base": "postln_warmup_isqrt", "values": {"schedule.warmup": [True, False]}, "seeds": SEEDS,

@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from conftest import REPO
 from fixtures_grids import demo_with_grids
+from lnrepro import config
 from lnrepro.analysis import tuned as tu
 
 DEMO = demo_with_grids()
@@ -69,3 +71,37 @@ def test_grid_table_shows_settings_scores_and_the_selection():
     assert list(t["run"]) == list(runs) and list(t["selected"]) == ["best", ""]
     assert list(t["optim.lr_max"]) == [DEMO.runs[r].optim.lr_max for r in runs]
     assert list(t["valid_loss_base2 mean"]) == [4.0, 5.0] and t["test_bleu_tok mean"].isna().all()
+
+
+def test_bracket_position_on_an_axis():
+    assert tu.bracket_position([2.0e-3, 4.0e-3, 1.0e-3], 2.0e-3) == tu.BRACKETED  # in any order of the values
+    assert tu.bracket_position([2.0e-3, 4.0e-3], 4.0e-3) == tu.EDGE_UP
+    assert tu.bracket_position([2.0e-3, 4.0e-3, 8.0e-3], 2.0e-3) == tu.EDGE_DOWN
+    assert tu.bracket_position([[6], [10], [8]], [8]) == tu.BRACKETED  # decay epochs: lists of numbers
+    assert tu.bracket_position([[6], [8]], [8]) == tu.EDGE_UP
+    assert tu.bracket_position([500], 500) == tu.ONE_VALUE
+    assert tu.bracket_position([True, False], True) == tu.UNORDERED  # a switch has no upward
+
+
+def test_bracket_table_and_sentences_from_the_grids():
+    """The demo preset's grids: lr_max 1.5e-3 or 6.0e-3, one warm-up length, one decay epoch; the best by
+    validation loss at the edge of lr_max says which way to extend."""
+    preset = config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"]))
+    post, pre = preset.grids["tune_postln"].runs, preset.grids["tune_preln"].runs
+    best = {"tune_postln": post[1], "tune_preln": pre[0]}  # lr_max 6.0e-3 and 1.5e-3
+    t = tu.bracket_table(preset, best, "the lowest seed-mean valid_loss_base2 at epoch 3")
+    assert list(t.columns) == tu.BRACKET_COLUMNS
+    by = t.set_index(["grid", "axis"])
+    assert by.loc[("tune_postln", "optim.lr_max"), ["best_run", "best_value", "values", "n_values", "position"]
+                  ].tolist() == [post[1], 0.006, "0.0015; 0.006", 2, tu.EDGE_UP]
+    assert by.loc[("tune_preln", "optim.lr_max"), "position"] == tu.EDGE_DOWN
+    assert by.loc[("tune_postln", "schedule.warmup_updates"), "position"] == tu.ONE_VALUE
+    assert by.loc[("tune_preln", "schedule.decay_epochs"), ["best_value", "position"]].tolist() == ["2", tu.ONE_VALUE]
+    words = tu.bracket_sentences(t)
+    assert words[0] == (f"Grid tune_postln: its best trial {post[1]} (the lowest seed-mean valid_loss_base2 at epoch "
+                        "3): optim.lr_max 0.006 is the highest value tried (edge: extend upward) of 2 (0.0015; 0.006); "
+                        "schedule.warmup_updates 140 is the only value tried (not tuned) of 1 (140); its optimum may "
+                        "lie beyond the grid on 1 axis.")
+    unscored = tu.bracket_table(preset, {"tune_postln": post[0]}, "x").set_index(["grid", "axis"])
+    assert unscored.loc[("tune_preln", "optim.lr_max"), ["best_run", "position"]].tolist() == ["", tu.NOT_SCORED]
+    assert tu.bracket_sentences(unscored.reset_index())[1] == "Grid tune_preln: no trial scored yet."

@@ -19,6 +19,7 @@ LANGS: tuple[str, ...] = ("de", "en")  # source, target: the paper's direction
 SPLITS: tuple[str, ...] = ("train", "valid", "test")
 DOWNLOADS = "results/downloads"  # shared by every experiment: a download is checksum-verified once
 EXPERIMENT_JSON = "experiment.json"  # the report's slice, in results/{exp}/, beside runs/
+ANSWER_MD = "answer.md"  # the report's Answer sentences, in results/{exp}/report/ (the README quotes them)
 
 
 def _epoch(ep: int | str) -> str:
@@ -236,6 +237,10 @@ class Paths:
     @property
     def confounds_md(self) -> str:
         return f"{self.report}/confounds.md"
+
+    @property
+    def answer_md(self) -> str:
+        return f"{self.report}/{ANSWER_MD}"
 
     def figure(self, name: str) -> str:
         return f"{self.report}/figures/{name}.png"

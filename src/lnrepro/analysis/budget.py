@@ -221,26 +221,45 @@ def cell_table(obs: pd.DataFrame, runs: Sequence[str], bleu_interval: str = "log
 
 
 TRAINED, DID_NOT_TRAIN = "trained", "did not train"
+NO_REFERENCE = "no reference"  # a run judged against a named reference that has no finished seed at that epoch
 FATE_COLUMNS = ["budget", "epoch", "run", "seed", "status", "nll", "bleu", "best_nll_run", "best_nll",
-                "best_bleu_run", "best_bleu", "nll_ratio", "bleu_fraction", "fate"]
+                "best_bleu_run", "best_bleu", "reference", "reference_nll", "reference_bleu", "nll_ratio",
+                "bleu_fraction", "fate"]
 
 
 def failure_rule(settings: ReportSettings) -> str:
-    """The failure rule in words (printed where the failures are shown)."""
+    """The failure rule in words (printed where the failures are shown), with the named references."""
+    refs = "; ".join(f"{run} against {ref}" for run, ref in settings.failure_reference.items()) or "none named"
     return (f"a seed diverged when its training loss became non-finite (or exceeded the configured bound); a "
             f"finished seed did not train when, at the budget, its tokenized BLEU is below "
             f"{settings.failure_bleu_fraction:g} x the best run's seed-mean BLEU there "
             f"(analysis.report.failure_bleu_fraction) or its validation NLL (bits, without label smoothing) is "
             f"above {settings.failure_nll_ratio:g} x the best run's seed-mean NLL there "
             f"(analysis.report.failure_nll_ratio); the best run: the selected run with the highest seed-mean BLEU "
-            f"(for BLEU) or the lowest seed-mean NLL (for NLL) at the same epoch, over its finished seeds")
+            f"(for BLEU) or the lowest seed-mean NLL (for NLL) at the same epoch, over its finished seeds. A run "
+            f"with a named reference (analysis.report.failure_reference: {refs}) is judged against that run's "
+            f"seed means at the same epoch instead, and has no fate ({NO_REFERENCE}) where the reference has no "
+            f"finished seed")
+
+
+def _fate(status: str, frac: float, ratio: float, unjudged: bool, settings: ReportSettings) -> str:
+    """A seed's fate from its status and its BLEU fraction and NLL ratio against the run it is judged against
+    (``unjudged``: its named reference has no finished seed)."""
+    if status in FAILED:
+        return status
+    if status != OK:
+        return MISSING
+    if unjudged:
+        return NO_REFERENCE
+    return DID_NOT_TRAIN if frac < settings.failure_bleu_fraction or ratio > settings.failure_nll_ratio else TRAINED
 
 
 def seed_fates(epochs: pd.DataFrame, runs: Sequence[str], at: Sequence[tuple[str, int]], split: str,
                settings: ReportSettings) -> pd.DataFrame:
     """tables/seed_fates.csv: per epoch budget of ``at`` (label, epoch), run and seed: its status, NLL and BLEU
-    on ``split``, the best run's seed means at that epoch, the ratios, and its ``fate`` (diverged, stopped,
-    ``did not train``, ``trained``, or ``missing``) by ``failure_rule``."""
+    on ``split``, the best run's seed means at that epoch, its named reference's (``failure_reference``), the
+    ratios to the run it is judged against, and its ``fate`` (diverged, stopped, ``did not train``, ``trained``,
+    ``no reference``, or ``missing``) by ``failure_rule``."""
     nll_col, bleu_col = f"{split}_nll_base2", f"{split}_bleu_tok"
     rows = []
     for label, epoch in at:
@@ -254,27 +273,26 @@ def seed_fates(epochs: pd.DataFrame, runs: Sequence[str], at: Sequence[tuple[str
         for r in e.sort_values(["run", "seed"], key=lambda c: c.map({x: i for i, x in enumerate(runs)})
                                if c.name == "run" else c).itertuples():
             nll, bleu = float(getattr(r, nll_col)), float(getattr(r, bleu_col))
-            ratio = nll / best_nll if best_nll else math.nan
-            frac = bleu / best_bleu if best_bleu else math.nan
-            if r.status in FAILED:
-                fate = r.status
-            elif r.status != OK:
-                fate = MISSING
-            elif frac < settings.failure_bleu_fraction or ratio > settings.failure_nll_ratio:
-                fate = DID_NOT_TRAIN
-            else:
-                fate = TRAINED
+            ref = settings.failure_reference.get(r.run, "")
+            ref_nll, ref_bleu = ((float(means.loc[ref, nll_col]), float(means.loc[ref, bleu_col]))
+                                 if ref in means.index else (math.nan, math.nan))
+            against_nll, against_bleu = (ref_nll, ref_bleu) if ref else (best_nll, best_bleu)
+            ratio = nll / against_nll if against_nll else math.nan
+            frac = bleu / against_bleu if against_bleu else math.nan
+            unjudged = bool(ref) and math.isnan(ref_nll + ref_bleu)
             rows.append({"budget": label, "epoch": epoch, "run": r.run, "seed": r.seed, "status": r.status,
                          "nll": nll, "bleu": bleu, "best_nll_run": best_nll_run, "best_nll": best_nll,
-                         "best_bleu_run": best_bleu_run, "best_bleu": best_bleu, "nll_ratio": ratio,
-                         "bleu_fraction": frac, "fate": fate})
+                         "best_bleu_run": best_bleu_run, "best_bleu": best_bleu, "reference": ref,
+                         "reference_nll": ref_nll, "reference_bleu": ref_bleu, "nll_ratio": ratio,
+                         "bleu_fraction": frac,
+                         "fate": _fate(str(r.status), frac, ratio, unjudged, settings)})
     return pd.DataFrame(rows, columns=FATE_COLUMNS)
 
 
 def failure_table(fates: pd.DataFrame, runs: Sequence[str], budget: str) -> pd.DataFrame:
     """tables/failures.csv: per run, its seeds' fates at ``budget`` (seed_fates): diverged, stopped, did not
-    train (all three count as failed), trained, or not there yet; ``failure_rate`` = failed / seeds with a
-    fate."""
+    train (all three count as failed), trained, or none (not there yet, or no reference: ``n_unfinished``);
+    ``failure_rate`` = failed / seeds with a fate."""
     at = fates[fates["budget"] == budget]
     rows = []
     for run in runs:
@@ -320,4 +338,5 @@ def budget_table(prog: pd.DataFrame, budget_list: Iterable[Budget], runs: Sequen
 
 __all__ = ["Budget", "budgets", "scored_budgets", "observations", "cell_table", "failure_table", "budget_table",
            "mean_interval", "best_bleu", "epoch_at", "three_quarters", "metric_columns", "seed_fates", "failure_rule",
+           "NO_REFERENCE",
            "interval_rule", "is_bleu", "t_quantile"]

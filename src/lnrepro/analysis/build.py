@@ -2,8 +2,9 @@
 
 ``build`` takes the results tree as ``results.read_results`` read it and computes, each once: the per-run
 tables (``aggregate``), the study (``study``: budgets, cells, effects, failures, tuned baselines, claims,
-findings), the gradient at initialization's tables (``gradinit_fit``), the confound analysis (``confounds``,
-the tuned pairs as comparisons of their own) and Figure 4's published points (``claims.paper_marks``).
+findings), the Answer (``answer``) and the end point's equivalence tests (``equivalence``), the gradient at
+initialization's tables (``gradinit_fit``), the confound analysis (``confounds``, the tuned pairs as comparisons
+of their own) and Figure 4's published points (``claims.paper_marks``).
 ``ReportData.tables`` is the one list of the CSV files the report writes (report/tables/{name}.csv); the
 figures (``plots``) and the page (``report``) read the same object and compute nothing.
 """
@@ -19,6 +20,7 @@ from ..config.settings import Experiment
 from . import aggregate as ag
 from . import answer as an
 from . import claims as cl
+from . import equivalence as eq
 from . import study as st
 from . import variants as va
 from .confounds import analyze_confounds, confounds_rows
@@ -44,6 +46,7 @@ class ReportData:
     marks: list[cl.PaperMark]  # the paper's Figure 4 points for them
     marks_note: str  # why there are none
     answer: an.Answer  # the Answer section's tables (answer.answer)
+    equivalence: pd.DataFrame  # equivalence.equivalence: Figure 4's arms at the last epoch, within a margin
     variant_contrasts: pd.DataFrame  # variants.variant_contrasts: the other variants against Post-LN and Pre-LN
 
     def tables(self) -> dict[str, pd.DataFrame]:
@@ -56,11 +59,12 @@ class ReportData:
             "scores_long": s.scores_long, "runs": s.run_facts, "budgets": s.budget_table, "cells": s.cells,
             "failures": s.failures, "seed_fates": s.seed_fates, "effects": s.effects,
             "effects_by_epoch": s.effects_by_epoch, "claims": s.claims, "tuned_grids": s.tuned_grids,
-            "tuned": s.tuned,
+            "tuned_brackets": s.brackets, "tuned": s.tuned,
             # the same rows as confounds.md, for readers of CSV (the README's generated results read figure4's)
             "confounds": self.confounds_table,
             **self.gradinit_tables,
             **self.answer.tables(),
+            "equivalence": self.equivalence,
             "variant_contrasts": self.variant_contrasts,
         }
 
@@ -82,4 +86,5 @@ def build(results: Results, experiment: Experiment) -> ReportData:
         gradinit_missing=results.gradinit_missing, gradinit_depth=depth, gradinit_tables=gradinit_tables,
         confounds=confounds, confounds_table=pd.DataFrame(confounds_rows(confounds)),
         figure4_runs=pair, marks=marks, marks_note=note, answer=an.answer(experiment, agg.epochs, agg.split),
+        equivalence=eq.equivalence(experiment, agg.epochs, study.seed_fates, study.last, agg.split),
         variant_contrasts=va.variant_contrasts(agg.epochs, experiment, agg.split))

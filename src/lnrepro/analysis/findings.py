@@ -139,8 +139,9 @@ def _stability(data: ReportData) -> list[str]:
     out.append(f"Divergence (a non-finite training loss): {n_div} of {n_fin} finished seeds.")
     f = s.failures
     failed = f[f["n_failed"] > 0]
+    refs = "".join(f"; {run} against {ref}'s" for run, ref in s.settings.failure_reference.items())
     rule = (f"{s.settings.failure_bleu_fraction:g} x the best run's BLEU or more than "
-            f"{s.settings.failure_nll_ratio:g} x its validation NLL")
+            f"{s.settings.failure_nll_ratio:g} x its validation NLL{refs}")
     if len(f):
         if failed.empty:
             out.append(f"At {s.last} every seed with a fate trained (none below {rule}).")

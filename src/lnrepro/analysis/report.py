@@ -1,11 +1,12 @@
 """The HTML report (one job: render report/index.html from the builder's tables and the drawn figures).
 
 ``make_report`` writes, under ``out_dir`` (results/{exp}/report/): ``tables/*.csv`` (``build.ReportData.tables``,
-the one list), ``confounds.md``, ``figures/*.png`` (``plots``) and ``index.html`` (self-contained: inline CSS,
-figures by relative <img> links). The results tree is read once (``results.read_results``) and every table
-computed once (``build.build``); this module only renders, through Jinja2 templates with autoescaping
-(``templates/``). Optional inputs (gradinit.csv, training logs, evaluations not yet run) only change what a
-section says; they never make the report fail. Diverged runs and epochs are shown as "diverged".
+the one list), ``confounds.md``, ``answer.md`` (the Answer's sentences), ``figures/*.png`` (``plots``) and
+``index.html`` (self-contained: inline CSS, figures by relative <img> links). The results tree is read once
+(``results.read_results``) and every table computed once (``build.build``); this module only renders, through
+Jinja2 templates with autoescaping (``templates/``). Optional inputs (gradinit.csv, training logs, evaluations
+not yet run) only change what a section says; they never make the report fail. Diverged runs and epochs are shown
+as "diverged".
 
 ``SECTIONS`` lists the page's sections in order (the table of contents comes from it too): each is an anchor, a
 heading and a function of the page that gives its template (``templates/sections/{anchor}.html.j2``) the
@@ -30,8 +31,11 @@ from ..config.settings import Experiment
 from ..io import atomic_directory, atomic_write_csv, atomic_write_text, where_ran
 from ..norms import NORMS
 from ..paper import DEVIATIONS
+from ..paths import ANSWER_MD
 from . import findings as fi
 from . import answer as an
+from . import equivalence as eq
+from . import tuned as tu
 from . import views as vw
 from .build import ReportData, build
 from .claims import STATUSES, fmt
@@ -91,10 +95,25 @@ class Page:
 # --- each section's variables, in page order (SECTIONS below)
 
 
+def answer_sentences(data: ReportData) -> tuple[list[str], list[str]]:
+    """The Answer section's sentences: the answer's (``answer.sentences``), then the end point's equivalence tests
+    (``equivalence.sentences``); the page shows them and answer.md quotes them."""
+    return (an.sentences(data.answer, data.experiment, data.agg.split),
+            eq.sentences(data.equivalence, data.answer.note))
+
+
+def answer_markdown(data: ReportData) -> str:
+    """answer.md: the Answer section's sentences as Markdown paragraphs under a one-line heading (the README's
+    generated results lead with them: ``readme_results``)."""
+    answer, end_point = answer_sentences(data)
+    return "\n\n".join([f"# The answer: {data.experiment.name}", *answer, *end_point]) + "\n"
+
+
 def _answer(page: Page) -> dict[str, Any]:
     d = page.data
     a = d.answer
-    return {"sentences": an.sentences(a, page.experiment, d.agg.split), "pair": a.pair,
+    sentences, end_point = answer_sentences(d)
+    return {"sentences": sentences, "pair": a.pair, "end_point": end_point, "equivalence": eq.view(d.equivalence),
             "pairs": an.pairs_view(a, page.experiment), "settings": a.settings,
             "answer_figure": page.figure("answer", "Figure 4's gap at every epoch, split one factor at a time; time to "
                                             "quality of the pair"),
@@ -162,7 +181,8 @@ def _tuned(page: Page) -> dict[str, Any]:
     grids = [{"name": name, "base": e.grids[name].base, "varies": ", ".join(e.grids[name].values),
               "seeds": ", ".join(map(str, e.grids[name].seeds)), "best": s.best.get(name, "none scored yet"),
               "table": t} for name, t in s.grids.items()]
-    return {"any": bool(e.grids), "last": s.last, "grids": grids, "tuned": s.tuned}
+    return {"any": bool(e.grids), "last": s.last, "grids": grids, "tuned": s.tuned, "brackets": s.brackets,
+            "bracket_sentences": tu.bracket_sentences(s.brackets)}
 
 
 def _variants(page: Page) -> dict[str, Any]:
@@ -255,7 +275,7 @@ def _where(page: Page) -> dict[str, Any]:
 
 
 def _files(page: Page) -> dict[str, Any]:
-    return {"links": [page.rel(p) for _, p in sorted(page.tables.items())] + ["confounds.md"]}
+    return {"links": [page.rel(p) for _, p in sorted(page.tables.items())] + ["confounds.md", ANSWER_MD]}
 
 
 # (anchor, heading, the section's variables): the page's order and its table of contents; the section's
@@ -304,7 +324,7 @@ def render(page: Page) -> str:
 
 
 def make_report(exp_dir: Path, experiment: Experiment, out_dir: Path) -> Path:
-    """Build ``out_dir`` (results/{exp}/report/): tables/*.csv, confounds.md, figures/*.png, index.html.
+    """Build ``out_dir`` (results/{exp}/report/): tables/*.csv, confounds.md, answer.md, figures/*.png, index.html.
     Returns the path of index.html. The report is written into a folder beside ``out_dir`` that replaces it
     whole (``io.atomic_directory``): a failure leaves the previous report as it was, tables included (under
     Snakemake, which deletes the declared page and figures first, the tables stay wholly the old ones)."""
@@ -313,6 +333,7 @@ def make_report(exp_dir: Path, experiment: Experiment, out_dir: Path) -> Path:
     with atomic_directory(out_dir) as staging:
         tables = {name: atomic_write_csv(staging / "tables" / f"{name}.csv", df) for name, df in data.tables().items()}
         write_confounds(data.confounds, staging / "confounds.md")
+        atomic_write_text(staging / ANSWER_MD, answer_markdown(data))
         page = Page(data, staging, tables, make_figures(data, staging / "figures"))
         atomic_write_text(staging / "index.html", render(page))
     return out_dir / "index.html"

@@ -42,6 +42,7 @@ class Study:
     seed_fates: pd.DataFrame  # each seed's fate at the epoch budgets (budget.seed_fates)
     grids: dict[str, pd.DataFrame]  # grid name -> its table
     best: dict[str, str]  # grid name -> its selected run
+    brackets: pd.DataFrame  # per grid and axis: whether the grid brackets its best trial (tuned.bracket_table)
     tuned: pd.DataFrame
     tuned_comparisons: dict[str, Comparison]  # for the confound analysis
     claims: pd.DataFrame
@@ -92,6 +93,7 @@ def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | No
         epoch_fits=epoch_fits, effects_by_epoch=ef.effects_by_epoch(epoch_fits), seed_fates=fates,
         grids={name: tu.grid_table(cells, experiment, g.runs, list(g.values), last, [loss, bleu, *test_metrics],
                                    best.get(name)) for name, g in experiment.grids.items()},
-        best=best, tuned=tu.tuned_table(other, pairs, best, last, test_metrics),
+        best=best, brackets=tu.bracket_table(experiment, best, f"the lowest seed-mean {loss} at {last}"),
+        tuned=tu.tuned_table(other, pairs, best, last, test_metrics),
         tuned_comparisons=tu.tuned_comparisons(experiment, pairs, best), claims=claims,
     )

@@ -1,10 +1,13 @@
-"""Tuned baselines (one job: select each grid's best run and compare tuned against tuned).
+"""Tuned baselines (one job: select each grid's best run, say whether it brackets, and compare tuned against tuned).
 
 Each grid's best run is the one with the lowest seed-mean validation loss at the last epoch (the selection
-never sees the test split). Two grids are compared when their bases are the two runs of a configured
-comparison and they try the same number of settings (an equal tuning budget for both arms); the comparison is
-on the test split, as the difference of the two tuned runs' seed means with Welch's 95% interval, and it
-enters the confound table as a comparison of its own (``{comparison}_tuned``).
+never sees the test split). Per axis of a grid (a key it varies), the best run's value is ``bracketed`` when
+values on both sides of it were tried, and at an edge of the grid otherwise (``edge: extend upward`` at the
+highest value tried, ``edge: extend downward`` at the lowest): the optimum may lie beyond (issue 24). Two grids
+are compared when their bases are the two runs of a configured comparison and they try the same number of
+settings (an equal tuning budget for both arms); the comparison is on the test split, as the difference of the two
+tuned runs' seed means with Welch's 95% interval, and it enters the confound table as a comparison of its own
+(``{comparison}_tuned``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from ..config.settings import Comparison, Experiment
 from .budget import LEVEL, OK
 from .tables import setting_cell
 
+BRACKET_COLUMNS = ["grid", "axis", "best_run", "best_value", "values", "n_values", "position", "selected_by"]
+BRACKETED, EDGE_UP, EDGE_DOWN = "bracketed", "edge: extend upward", "edge: extend downward"
+ONE_VALUE, UNORDERED, NOT_SCORED = "one value: not tuned", "not ordered", "not scored yet"
 TUNED_COLUMNS = ["comparison", "grid_a", "run_a", "grid_b", "run_b", "metric", "mean_a", "mean_b", "difference",
                  "ci_low", "ci_high", "n_a", "n_b"]
 
@@ -59,6 +65,65 @@ def grid_table(cells: pd.DataFrame, experiment: Experiment, runs: Sequence[str],
         row["selected"] = "best" if run == best else ""
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _ordered(v: Any) -> tuple[float, ...] | None:
+    """A grid value as a sort key: a number, or a list of numbers (decay epochs); None for any other (a switch,
+    a name), which has no upward or downward."""
+    items = v if isinstance(v, (list, tuple)) else [v]
+    if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in items):
+        return tuple(float(x) for x in items)
+    return None
+
+
+def bracket_position(values: Sequence[Any], best: Any) -> str:
+    """Where ``best`` lies among an axis's ``values``: bracketed, at the highest (extend upward) or the lowest
+    (extend downward) value, the axis's only value, or not ordered (values that are not numbers)."""
+    if len({repr(v) for v in values}) < 2:
+        return ONE_VALUE
+    keys = [k for k in map(_ordered, values) if k is not None]
+    if len(keys) < len(values):
+        return UNORDERED
+    here = _ordered(best)
+    return EDGE_UP if here == max(keys) else EDGE_DOWN if here == min(keys) else BRACKETED
+
+
+def bracket_table(experiment: Experiment, best: Mapping[str, str], selected_by: str) -> pd.DataFrame:
+    """tables/tuned_brackets.csv: per grid and axis, the best trial's value and whether the grid brackets it."""
+    rows = []
+    for name, grid in experiment.grids.items():
+        run = best.get(name, "")
+        for axis, values in grid.values.items():
+            value = experiment.runs[run].flat()[axis] if run else None
+            ordered = sorted(values, key=_ordered) if all(_ordered(v) is not None for v in values) else list(values)
+            rows.append({"grid": name, "axis": axis, "best_run": run,
+                         "best_value": setting_cell(value) if run else "",
+                         "values": "; ".join(str(setting_cell(v)) for v in ordered), "n_values": len(values),
+                         "position": bracket_position(values, value) if run else NOT_SCORED,
+                         "selected_by": selected_by})
+    return pd.DataFrame(rows, columns=BRACKET_COLUMNS)
+
+
+def bracket_sentences(brackets: pd.DataFrame) -> list[str]:
+    """Per grid: its best trial and, per axis, whether the grid brackets its value."""
+    out = []
+    for name, g in brackets.groupby("grid", sort=False):
+        first = g.iloc[0]
+        if first["position"] == NOT_SCORED:
+            out.append(f"Grid {name}: no trial scored yet.")
+            continue
+        words = {BRACKETED: "inside the values tried (bracketed)",
+                 EDGE_UP: "the highest value tried (edge: extend upward)",
+                 EDGE_DOWN: "the lowest value tried (edge: extend downward)",
+                 ONE_VALUE: "the only value tried (not tuned)", UNORDERED: "one of values without an order"}
+        axes = [f"{r.axis} {r.best_value} is {words[r.position]} of {r.n_values} ({r.values})"
+                for r in g.itertuples()]
+        edges = int(g["position"].isin([EDGE_UP, EDGE_DOWN]).sum())
+        verdict = ("it brackets its optimum on every tuned axis" if not edges else
+                   f"its optimum may lie beyond the grid on {edges} axis{'es' if edges > 1 else ''}")
+        out.append(f"Grid {name}: its best trial {first['best_run']} ({first['selected_by']}): " + "; ".join(axes)
+                   + f"; {verdict}.")
+    return out
 
 
 def tuned_pairs(experiment: Experiment) -> list[TunedPair]:

@@ -160,12 +160,14 @@ def convergence_view(conv: pd.DataFrame) -> pd.DataFrame:
 
 
 def fates_view(fates: pd.DataFrame, budget: str) -> pd.DataFrame:
-    """tables/seed_fates.csv on the page at ``budget``: each seed's BLEU and NLL against the best run's, its fate."""
+    """tables/seed_fates.csv on the page at ``budget``: each seed's BLEU and NLL against the best run's (or its
+    named reference's: ``against``), its fate."""
     f = fates[fates["budget"] == budget]
     if f.empty:
         return f
-    return pd.DataFrame({"run": f["run"], "seed": f["seed"], "BLEU": f["bleu"],
-                         "BLEU / best": f["bleu_fraction"], "NLL (bits)": f["nll"], "NLL / best": f["nll_ratio"],
+    against = f["reference"].where(f["reference"] != "", "best")
+    return pd.DataFrame({"run": f["run"], "seed": f["seed"], "against": against, "BLEU": f["bleu"],
+                         "BLEU / against": f["bleu_fraction"], "NLL (bits)": f["nll"], "NLL / against": f["nll_ratio"],
                          "fate": f["fate"]})
 
 

@@ -356,6 +356,15 @@ class GradinitConfig(Section):
 
 
 @dataclass(frozen=True)
+class EquivalenceMargins(Section):
+    """analysis.report.equivalence_margins: per end-point metric, the margin within which Figure 4's arms count as
+    equivalent at the last epoch (two one-sided tests; lnrepro.analysis.equivalence)."""
+
+    bleu_tok: float = 1.0  # tokenized BLEU points
+    nll_base2: float = 0.05  # validation NLL, bits per target token (without label smoothing)
+
+
+@dataclass(frozen=True)
 class ReportSettings(Section):
     """analysis.report: the budgets and thresholds of the report's comparisons (lnrepro.analysis.budget)."""
 
@@ -376,6 +385,10 @@ class ReportSettings(Section):
     quality_fractions: tuple[float, ...] = (0.5, 0.75, 0.9)  # targets: these fractions of the lower arm's final quality
     useful_fraction: float = 0.5  # a lower arm below this fraction of the higher arm's final quality has failed
     sign_horizon: int = 5  # the final gap could change sign: smaller than this many epochs of either arm's slope
+    equivalence_margins: EquivalenceMargins = EquivalenceMargins()  # issue 24: the end point's equivalence tests
+    # run -> reference run: the failure rule judges the run against the reference's seed means at the same epoch
+    # instead of the best run's (issue 24: Post-LN without warm-up at lr 5e-4 against Post-LN with warm-up at 5e-4)
+    failure_reference: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
