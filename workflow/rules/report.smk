@@ -18,6 +18,7 @@ rule make_report:
     output:
         html=P.report_html,
         confounds=P.confounds_md,
+        answer=P.answer_md,
         figures=[
             report(P.figure(name), caption=f"../report/{name}.rst", category="figures")
             for name in REPORT_FIGURES
