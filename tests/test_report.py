@@ -34,14 +34,14 @@ EPOCHS = 3
 DEMO = config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"])).to_dict()
 
 
-def resolved(run: str) -> dict:
-    """The run's settings: the demo's, with the norm, warm-up and decay its name says, over EPOCHS epochs."""
+def resolved(run: str, epochs: int = EPOCHS) -> dict:
+    """The run's settings: the demo's, with the norm, warm-up and decay its name says, over ``epochs`` epochs."""
     cfg = copy.deepcopy(DEMO["runs"]["postln_warmup_isqrt"])
     cfg["model"]["norm"] = "pre" if run.startswith("pre") else "post"
     cfg["schedule"]["warmup"] = "_warmup_" in run
     cfg["schedule"]["decay"] = "step" if run.endswith("step8") else "isqrt"
     cfg["schedule"]["decay_epochs"] = [2]
-    cfg["train"]["epochs"] = EPOCHS
+    cfg["train"]["epochs"] = epochs
     return cfg
 
 
@@ -56,18 +56,20 @@ SCORED = {**RECORD, "weights": "w", "weights_sha256": "s", "manifest": "m", "dec
 
 
 def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | None = None,
-              scored: dict | None = None) -> tuple[Path, Experiment]:
+              scored: dict | None = None, lengths: dict | None = None) -> tuple[Path, Experiment]:
     """Fabricate results/{exp}/ as the stages write it. ``diverge``: {(run, seed): epoch}; ``unevaluated``:
-    {(run, seed, epoch)} trained but not scored; ``scored``: {split: epochs} for a split not scored at every
-    epoch (eval.splits.{split}.epochs; its scoring JSONs hold it only there). Two layer-gradient formats: nested
-    lists (as lnrepro.train.gradstats returns them) and flat "enc.0.attn" keys."""
+    {(run, seed, epoch)} trained but not scored; ``scored``: {split: epoch numbers, the last added} for a
+    split not scored at every epoch (eval.splits.{split}.epochs: a list and last; its scoring JSONs hold it only
+    there); ``lengths``: {run: epochs} for a run that trains other than EPOCHS epochs. Two layer-gradient
+    formats: nested lists (as lnrepro.train.gradstats returns them) and flat "enc.0.attn" keys."""
     diverge = diverge or {}
     unevaluated = unevaluated or set()
-    scored = {sp: scored.get(sp, list(range(1, EPOCHS + 1))) for sp in ("valid", "test")} if scored else {}
-    eval_splits = {sp: {**s, "epochs": scored.get(sp, s["epochs"])} for sp, s in DEMO["eval"]["splits"].items()}
+    lengths = {r: (lengths or {}).get(r, EPOCHS) for r in RUNS}
+    eval_splits = {sp: {**s, "every": sp not in (scored or {}), "listed": (scored or {}).get(sp, [])}
+                   for sp, s in DEMO["eval"]["splits"].items()}
     exp_dir = root / "results" / "fake"
     exp = Experiment.from_dict({
-        **DEMO, "name": "fake", "select": RUNS, "seeds": SEEDS, "runs": {r: resolved(r) for r in RUNS},
+        **DEMO, "name": "fake", "select": RUNS, "seeds": SEEDS, "runs": {r: resolved(r, lengths[r]) for r in RUNS},
         "grids": {},  # the demo's grid runs are not among the fabricated ones
         "comparisons": {
             "figure4": {"runs": ["postln_warmup_isqrt", "preln_nowarmup_step8"], "factor": "norm", "claim": "Figure 4"},
@@ -82,6 +84,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
     exp.write(exp_dir / "experiment.json")
     upe = 10  # updates per epoch
     for run in RUNS:
+        n = lengths[run]
         for seed in SEEDS:
             rd = exp_dir / "runs" / run / f"seed{seed}"
             (rd / "epochs").mkdir(parents=True)
@@ -91,7 +94,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
                                                      "where_ran": {"host": "h", "device": "Fake CPU"}}))
             div_ep = diverge.get((run, seed))
             lines = []
-            last = (div_ep - 1) * upe + 3 if div_ep else EPOCHS * upe
+            last = (div_ep - 1) * upe + 3 if div_ep else n * upe
             for u in range(1, last + 1, 2):
                 rec = {"update": u, "epoch": (u - 1) // upe + 1, "loss": 10 - u / 10, "nll": 9.0, "lr": 1e-4,
                        "grad_norm": 1.0 + u, "tokens_per_s": 1000.0, "wall_s": u * 0.1, "attempt": 1}
@@ -112,8 +115,8 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
             lines.append('{"update": 7, "lo')  # a partial line from a killed writer
             (rd / "train.jsonl").write_text("\n".join(lines) + "\n")
             summary = {**RECORD, "status": "diverged" if div_ep else "completed", "final_loss": 9.0, "final_nll": 8.0,
-                       "final_loss_update": last, "updates": last, "epochs_completed": (div_ep or EPOCHS + 1) - 1,
-                       "epochs": EPOCHS, "target_tokens_per_epoch": 1000, "target_tokens_trained": last * 100,
+                       "final_loss_update": last, "updates": last, "epochs_completed": (div_ep or n + 1) - 1,
+                       "epochs": n, "target_tokens_per_epoch": 1000, "target_tokens_trained": last * 100,
                        "diverged": {"update": last, "epoch": div_ep, "detail": "loss nan", "loss": None, "lr": 1e-4}
                        if div_ep else None, "attempts": 2}
             if run.startswith("post"):
@@ -121,7 +124,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
             else:  # throughput unknown here: the training log's mean
                 summary.update(train_s=last * 0.1, wall_s_all_attempts=last * 0.1, tokens_per_s=None)
             RunSummary.from_dict({**summary, "run": run, "seed": seed}).write(rd / "summary.json")
-            for ep in range(1, EPOCHS + 1):
+            for ep in range(1, n + 1):
                 diverged = div_ep is not None and ep >= div_ep
                 status = "diverged" if diverged else "ok"
                 EpochManifest.from_dict({
@@ -142,7 +145,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
                         "nll_base2": 4.0 / ep / math.log(2), "target_tokens": 100, "bleu_tok": b + (sp == "test"),
                         "bleu_tok_detail": {}, "sacrebleu": b - 1, "sacrebleu_signature": "nrefs:1|case:lc|tok:13a",
                         "sacrebleu_detail": {}, "sentences": 10, "decode_s": 2.0, "sent_per_s": 5.0}
-                        for sp in ("valid", "test") if ep in eval_splits[sp]["epochs"]})
+                        for sp in ("valid", "test") if ep in exp.scored(run, sp)})
                 CheckpointScores.from_dict(ev).write(rd / "eval" / f"epoch{ep:03d}.json")
     return exp_dir, exp
 
