@@ -108,12 +108,13 @@ def test_groups_and_slices_of_per_split_settings(paper: dict) -> None:
 
 
 # The Figure 4 pair trains 30 epochs, every other selected run the paper's 20 (issue 24's end point).
-LONGER_PAIR = {"runs": {"postln_warmup_isqrt": {"train": {"epochs": 30}}, "preln_nowarmup_step8": {"train": {"epochs": 30}}}}
+LONGER_PAIR = {"runs": {run: {"train": {"epochs": 30}} for run in ("postln_warmup_isqrt", "preln_nowarmup_step8")}}
 
 
 def test_runs_of_two_lengths_score_each_split_at_their_own_epochs(paper: dict) -> None:
     """all and last are each run's own; a listed epoch is scored in every run; one length per rule group."""
-    c = with_layer(paper, cfg.deep_merge(LONGER_PAIR, {"defaults": {"eval": {"splits": {"test": {"epochs": [15, "last"]}}}}}))
+    test_at_15 = {"defaults": {"eval": {"splits": {"test": {"epochs": [15, "last"]}}}}}
+    c = with_layer(paper, cfg.deep_merge(LONGER_PAIR, test_at_15))
     x = cfg.experiment(c)
     assert x.lengths == (20, 30) and x.runs_of_length(30) == ("postln_warmup_isqrt", "preln_nowarmup_step8")
     assert x.last_of("postln_warmup_isqrt") == 30 and x.last_of("preln_warmup_isqrt") == 20

@@ -432,6 +432,62 @@ def test_report_with_test_scored_at_the_last_epoch_only(tmp_path):
         assert not math.isnan(claims.loc[claim, "measured"])
 
 
+def test_report_over_runs_of_two_lengths(tmp_path):
+    """Figure 4's pair trains 5 epochs, the other cells 3, test scored at each run's last epoch: every comparison
+    is made at epochs all its runs have. The study's last budget is epoch 3 and epoch 5 one of the pair alone;
+    the factorial fit (cells of 3 and 5 epochs) stops at 3; a grid of two 5-epoch runs picks its best at 5; the
+    pair's gap runs to 5; the end point reads each run at its own last epochs; the rule is printed."""
+    pair, long = ["postln_warmup_isqrt", "preln_nowarmup_step8"], 5
+    exp_dir, exp = make_tree(tmp_path, scored={"test": []}, lengths={r: long for r in pair})
+    grid = {"g_long": {"base": pair[0], "values": {"model.norm": ["post", "pre"]}, "seeds": SEEDS, "runs": pair}}
+    exp = Experiment.from_dict({**exp.to_dict(), "grids": grid})
+    assert exp.lengths == (EPOCHS, long) and exp.scored(pair[0], "test") == (long,)
+    index = make_report(exp_dir, exp, exp_dir / "report")
+    text = html.unescape(index.read_text())
+    p = Tables()
+    p.feed(index.read_text())
+    tables = exp_dir / "report" / "tables"
+    epochs = pd.read_csv(tables / "epochs.csv")
+    assert epochs.groupby("run")["epoch"].max().to_dict() == {r: long if r in pair else EPOCHS for r in RUNS}
+    long_table = pd.read_csv(tables / "scores_long.csv")
+    test = long_table[long_table["split"] == "test"].groupby("run")["epoch"].unique()
+    assert {r: list(v) for r, v in test.items()} == {r: [long if r in pair else EPOCHS] for r in RUNS}
+    # budgets: the fit's (its cells' common last epoch, 3) first, then the pair's last epoch
+    budgets = pd.read_csv(tables / "budgets.csv")
+    assert budgets["budget"].iloc[0] == f"epoch {EPOCHS}" and budgets["budget"].iloc[-1] == f"epoch {long}"
+    assert "the last checkpoint of the runs that train this many epochs" in budgets["how"].iloc[-1]
+    cells = pd.read_csv(tables / "cells.csv")
+    assert set(cells.loc[cells["budget"] == f"epoch {long}", "run"]) == set(pair)
+    at_last = cells[(cells["budget"] == f"epoch {EPOCHS}")]
+    assert set(at_last.loc[at_last["metric"].str.startswith("valid_"), "run"]) == set(RUNS)
+    assert set(at_last.loc[at_last["metric"].str.startswith("test_"), "run"]) == set(RUNS) - set(pair)  # at 5 only
+    effects = pd.read_csv(tables / "effects.csv")
+    assert f"epoch {EPOCHS}" in set(effects["budget"]) and f"epoch {long}" not in set(effects["budget"])
+    assert pd.read_csv(tables / "effects_by_epoch.csv")["epoch"].max() == EPOCHS
+    grid_rows = {r[0]: r for r in p.tables["grid-g_long"][1:]}
+    assert set(grid_rows) == set(pair) and "best" in (grid_rows[pair[0]][-1], grid_rows[pair[1]][-1])
+    assert f"lowest seed-mean validation loss at epoch {long}" in _section(text, "tuned")
+    # the Answer: the pair to its common last epoch, the end point each run's own
+    assert pd.read_csv(tables / "gap.csv")["epoch"].max() == long
+    gap = pd.read_csv(tables / "endpoint_gap.csv").set_index(["pair", "metric"])
+    assert gap.loc[("figure4", "valid_loss_base2"), "epoch"] == long
+    end = pd.read_csv(tables / "endpoint.csv").set_index(["run", "metric"])["epochs"]
+    assert end[(pair[0], "valid_loss_base2")] == end[(pair[1], "valid_loss_base2")] == f"2-{long}"
+    convergence = pd.read_csv(tables / "convergence.csv").set_index("run")["epochs"]
+    assert convergence[pair[0]] == f"2-{long}" and convergence["preln_warmup_isqrt"] == f"1-{EPOCHS}"
+    assert "each pair is compared at the epochs both its runs have" not in _section(text, "answer")  # both end at 5
+    assert "train different numbers of epochs (3, 5)" in _section(text, "effects")
+    assert "up to epoch 3, the last epoch every run has" in _section(text, "figure4")
+    # the per-epoch table: every epoch some run scores, "—" where a run trains fewer epochs
+    per_epoch = as_frame(p.tables["bleu-per-epoch"])
+    assert list(per_epoch.index) == [str(e) for e in range(1, long + 1)]
+    assert per_epoch.loc[str(long), "preln_warmup_isqrt"] == "—" and per_epoch.loc[str(long), pair[0]] != "—"
+    test_table = as_frame(p.tables["bleu-per-epoch-test"])
+    assert list(test_table.index) == [str(EPOCHS), str(long)] and test_table.loc[str(EPOCHS), pair[0]] == "—"
+    kv = dict(map(tuple, p.tables["eval-settings"][1:]))
+    assert kv["splits.test.epochs"] == f"{EPOCHS} epochs: [{EPOCHS}]; {long} epochs: [{long}]"
+
+
 def test_a_claim_needing_an_unscored_epoch_says_so(tmp_path):
     """valid scored at epochs 1 and 3 only (test at 2 and 3): the Figure 4 epoch-ratio claim needs valid at
     epoch 2 (three quarters of 3), so it is not measured and says why; valid's cells leave out the earlier

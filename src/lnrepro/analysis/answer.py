@@ -679,7 +679,8 @@ def sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
         return [f"No answer for this experiment: {a.note}. The Answer section needs both runs of Figure 4's pair."]
     bleu, loss = f"{split}_bleu_tok", f"{split}_loss_base2"
     out = [_verdict(a, experiment, bleu), _speed_sentence(a, experiment, bleu), _lengths_sentence(a, experiment),
-           _other_targets_sentence(a, bleu, loss), _gap_sentence(a, bleu, experiment), _gap_sentence(a, loss, experiment)]
+           _other_targets_sentence(a, bleu, loss), _gap_sentence(a, bleu, experiment),
+           _gap_sentence(a, loss, experiment)]
     g = a.gap[(a.gap["metric"] == bleu) & a.gap["change"].notna()]
     if len(g):
         big, last = int(g.loc[g["change"].abs().idxmax(), "epoch"]), int(g["epoch"].max())

@@ -138,7 +138,8 @@ def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | No
         design=design, design_notes=design_notes, fits=fits, effects=ef.effects_table(fits),
         epoch_fits=epoch_fits, effects_by_epoch=ef.effects_by_epoch(epoch_fits), seed_fates=fates,
         grids={name: tu.grid_table(cells, experiment, g.runs, list(g.values), grid_last[name],
-                                   [loss, bleu, *test_metrics], best.get(name)) for name, g in experiment.grids.items()},
+                                   [loss, bleu, *test_metrics], best.get(name))
+               for name, g in experiment.grids.items()},
         grid_last=grid_last, best=best,
         tuned=pd.concat(tuned, ignore_index=True) if tuned else tu.tuned_table(other, [], best, last, test_metrics),
         tuned_comparisons=tu.tuned_comparisons(experiment, pairs, best), claims=claims,
