@@ -119,8 +119,9 @@ def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | No
         best.update(tu.best_of(cells, {name: g.runs}, grid_last[name], loss))
     pairs = tu.tuned_pairs(experiment)
     test_metrics = [f"test_{m}" for m in ("bleu_tok", "loss_base2")]
+    grids = experiment.grids
     tuned = [tu.tuned_table(other, [p], best, bu.epoch_label(experiment.common_last(
-        [*experiment.grids[p.grid_a].runs, *experiment.grids[p.grid_b].runs])), test_metrics) for p in pairs]
+        grids[p.grid_a].runs + grids[p.grid_b].runs)), test_metrics) for p in pairs]  # each at both grids' end
     claims = cl.claims_table(cl.Evidence(experiment, epochs, cells, fits, last, gradinit, gradinit_fit,
                                          fit_last=bu.epoch_label(fit_epoch)))
     # what each budget is in updates and tokens: the fit's over its cells, a longer training's over every run
