@@ -30,7 +30,7 @@ except cfg.LnReproError as e:
     raise WorkflowError(str(e)) from None
 
 P = Paths(X.name)
-RUNS, EPOCHS, SPLITS = X.select, X.epochs, X.eval.splits
+RUNS, SPLITS = X.select, X.eval.splits
 # The software environment of every shell rule, for --software-deployment-method conda.
 CONDA_ENV = str(Path(workflow.basedir) / "envs" / "lnrepro.yaml")
 
@@ -40,8 +40,13 @@ def res(rule):
     return cfg.resources(config, rule)
 
 
+def run_pattern(runs):
+    """The ``run`` wildcard's constraint: exactly these run names (grid run names hold "." and "=")."""
+    return "|".join(map(re.escape, runs))
+
+
 wildcard_constraints:
-    run="|".join(map(re.escape, RUNS)),  # grid run names hold "." and "="
+    run=run_pattern(RUNS),
     seed=r"\d+",
     ep=r"\d{3}",
     split="|".join(SPLITS),

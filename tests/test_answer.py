@@ -162,3 +162,30 @@ def test_an_arm_that_diverged_everywhere_is_said_not_a_crash():
     a = an.answer(PAPER, t, "valid")
     text = " ".join(an.sentences(a, PAPER, "valid"))
     assert "No validation BLEU gap: an arm has no finished seed at any scored epoch." in text
+
+
+def test_runs_of_two_lengths_are_compared_at_the_epochs_both_have():
+    """Figure 4's pair trains 30 epochs, the other cells 20: the pair's gap, times to quality and final gap run to
+    epoch 30, every step of the decomposition (through 20-epoch cells) to epoch 20, the end point each run's own."""
+    pair = ("postln_warmup_isqrt", "preln_nowarmup_step8")
+    longer = {"runs": {r: {"train": {"epochs": 30}} for r in pair}}
+    c = config.deep_merge(config.load_config([REPO / "config.yaml"]), longer)
+    config.validate_config(c)
+    x = config.experiment(c)
+    t = pd.DataFrame([{"run": r, "seed": s, "epoch": ep, "status": "ok", "updates": 100 * ep, "train_wall_s": 10.0 * ep,
+                       "valid_bleu_tok": bleu(r, ep) + off, "valid_loss_base2": loss(r, ep) + off / 10}
+                      for r in x.select for s, off in OFFSETS.items() for ep in range(1, x.last_of(r) + 1)])
+    a = an.answer(x, t, "valid")
+    assert a.gap["epoch"].max() == 30 and a.decomposition["epoch"].max() == 20
+    ttq = a.time_to_quality
+    fig = ttq[(ttq["pair"] == "figure4") & (ttq["metric"] == "valid_bleu_tok") & (ttq["fraction"] == 0.5)]
+    assert fig["target"].iloc[0] == pytest.approx(15.0)  # half the lower arm's 30 at epoch 30 (Post-LN: 45)
+    e = a.endpoint.set_index(["run", "metric"])["epochs"]
+    assert e[("postln_warmup_isqrt", "valid_loss_base2")] == "27-30"
+    assert e[("preln_warmup_isqrt", "valid_loss_base2")] == "17-20"
+    gaps = a.endpoint_gap.set_index(["pair", "metric"])["epoch"]
+    assert gaps[("figure4", "valid_bleu_tok")] == 30
+    assert gaps[("postln_warmup_isqrt > preln_warmup_isqrt", "valid_bleu_tok")] == 20  # a 30- and a 20-epoch run
+    text = an.sentences(a, x, "valid")
+    assert any("each pair is compared at the epochs both its runs have" in s and "up to epoch 30" in s for s in text)
+    assert not any("each run over its own last scored epochs" in s for s in text)  # both arms end at 30

@@ -79,8 +79,8 @@ def _with_eval(config: dict, **splits: dict) -> dict:
 
 def test_paper_scores_every_split_at_every_epoch_in_one_group(paper: dict) -> None:
     e = cfg.experiment(paper).eval
-    assert e.groups() == {("valid", "test"): tuple(range(1, 21))}
-    assert e.splits["test"].epochs == tuple(range(1, 21)) and e.due(7) == ("valid", "test")
+    assert e.groups(20) == {("valid", "test"): tuple(range(1, 21))}
+    assert e.splits["test"].scored(20) == tuple(range(1, 21)) and e.due(7, 20) == ("valid", "test")
 
 
 @pytest.mark.parametrize("epochs, scored", [("all", tuple(range(1, 21))), ("last", (20,)), ([20], (20,)),
@@ -89,22 +89,79 @@ def test_a_split_names_its_epochs(paper: dict, epochs, scored) -> None:
     """all, last, a list of numbers and last (sorted), or [] (never: the split is left out)."""
     e = cfg.experiment(_with_eval(paper, test={"beam": 1, "epochs": epochs})).eval
     if scored is None:
-        assert list(e.splits) == ["valid"] and e.groups() == {("valid",): tuple(range(1, 21))}
+        assert list(e.splits) == ["valid"] and e.groups(20) == {("valid",): tuple(range(1, 21))}
     else:
-        assert e.splits["test"].epochs == scored and e.splits["test"].beam == 1 and e.splits["valid"].beam == 5
-        assert e.groups()[("valid", "test")] == scored
+        assert e.splits["test"].scored(20) == scored and e.splits["test"].beam == 1 and e.splits["valid"].beam == 5
+        assert e.groups(20)[("valid", "test")] == scored
 
 
 def test_groups_and_slices_of_per_split_settings(paper: dict) -> None:
     """valid greedy at every epoch, test with beam 5 at epochs 10 and 20: two groups, each slice holding only its
     splits' decoding (no epochs, so that changing test's epochs rewrites no slice)."""
     e = cfg.experiment(_with_eval(paper, valid={"beam": 1}, test={"epochs": [10, "last"]})).eval
-    assert e.groups() == {("valid", "test"): (10, 20), ("valid",): (*range(1, 10), *range(11, 20))}
-    assert e.due(10) == ("valid", "test") and e.due(11) == ("valid",)
+    assert e.groups(20) == {("valid", "test"): (10, 20), ("valid",): (*range(1, 10), *range(11, 20))}
+    assert e.due(10, 20) == ("valid", "test") and e.due(11, 20) == ("valid",)
     valid_only = e.scoring(("valid",)).to_dict()
     assert list(valid_only["splits"]) == ["valid"] and valid_only["splits"]["valid"]["beam"] == 1
     assert "epochs" not in valid_only["splits"]["valid"] and valid_only["max_tokens"] == 8000
     assert e.scoring(("valid", "test")).splits["test"].beam == 5
+
+
+# The Figure 4 pair trains 30 epochs, every other selected run the paper's 20 (issue 24's end point).
+LONGER_PAIR = {"runs": {run: {"train": {"epochs": 30}} for run in ("postln_warmup_isqrt", "preln_nowarmup_step8")}}
+
+
+def test_runs_of_two_lengths_score_each_split_at_their_own_epochs(paper: dict) -> None:
+    """all and last are each run's own; a listed epoch is scored in every run; one length per rule group."""
+    test_at_15 = {"defaults": {"eval": {"splits": {"test": {"epochs": [15, "last"]}}}}}
+    c = with_layer(paper, cfg.deep_merge(LONGER_PAIR, test_at_15))
+    x = cfg.experiment(c)
+    assert x.lengths == (20, 30) and x.runs_of_length(30) == ("postln_warmup_isqrt", "preln_nowarmup_step8")
+    assert x.last_of("postln_warmup_isqrt") == 30 and x.last_of("preln_warmup_isqrt") == 20
+    assert x.common_last(["postln_warmup_isqrt", "preln_nowarmup_step8"]) == 30
+    assert x.common_last(["postln_warmup_isqrt", "preln_warmup_isqrt"]) == 20
+    assert x.scored("postln_warmup_isqrt", "test") == (15, 30) and x.scored("preln_warmup_isqrt", "test") == (15, 20)
+    assert x.scored("postln_warmup_isqrt", "valid") == tuple(range(1, 31))
+    assert x.common_scored(["postln_warmup_isqrt", "preln_warmup_isqrt"], "test") == (15,)
+    assert x.eval.groups(30) == {("valid", "test"): (15, 30), ("valid",): (*range(1, 15), *range(16, 30))}
+    assert x.eval.groups(20)[("valid", "test")] == (15, 20)
+    with pytest.raises(LnReproError, match=r"differ in train\.epochs \(20, 30\)"):
+        x.epochs  # noqa: B018: no one number of epochs
+    assert cfg.Experiment.from_dict(x.to_dict()) == x  # experiment.json keeps each run's length and the spec
+
+
+@pytest.mark.parametrize(
+    "layer, message",
+    [  # a listed epoch is checked against every run's training, and each run's last epoch scores every split
+        ({"defaults": {"eval": {"splits": {"test": {"epochs": [25, "last"]}}}}},
+         r"splits\.test\.epochs: epoch\(s\) \[25\] outside the training \(1\.\.20, train\.epochs of "
+         r"postln_warmup_step8 and 5 more run\(s\)\)"),
+        ({"defaults": {"eval": {"splits": {"test": {"epochs": [30]}}}}},
+         r"splits\.test\.epochs: epoch\(s\) \[30\] outside the training \(1\.\.20"),
+        ({"defaults": {"eval": {"splits": {"valid": {"epochs": [20]}, "test": {"epochs": "all"}}}}},
+         r"splits\.valid\.epochs: \[20\] does not hold the last epoch \(30 of postln_warmup_isqrt and 1 more"),
+        ({"defaults": {"eval": {"splits": {"valid": {"epochs": [5, "last"]}, "test": {"epochs": "all"}}}},
+          "runs": {"postln_warmup_isqrt": {"train": {"epochs": 20}}, "preln_nowarmup_step8": {"train": {"epochs": 20}}},
+          "select": ["postln_warmup_isqrt", "preln_nowarmup_step8", "postln_nowarmup_isqrt"]},
+         None),  # every run the same length again: accepted
+        # the earlier budget comes before the shortest run's end, which every comparison reaches
+        ({"analysis": {"report": {"budget_epoch": 20}}},
+         r"budget_epoch \(20\) must be before the last epoch of the shortest selected run \(train\.epochs = 20\)"),
+        ({"analysis": {"report": {"budget_epoch": 19}}}, None),
+        # a step decay must come within the run's own training: the 30-epoch run may decay at 25, a 20-epoch one not
+        ({"runs": {"preln_nowarmup_step8": {"schedule": {"decay_epochs": [25]}}}}, None),
+        ({"defaults": {"schedule": {"decay_epochs": [25]}}},
+         r"runs\.postln_warmup_step8 \(with defaults\): schedule\.decay_epochs \[25\] beyond the last epoch "
+         r"\(train\.epochs = 20\)"),
+    ],
+)
+def test_runs_of_two_lengths_are_checked_against_each_length(paper: dict, layer: dict, message: str | None) -> None:
+    merged = cfg.deep_merge(LONGER_PAIR, layer)
+    if message is None:
+        with_layer(paper, merged)
+    else:
+        with pytest.raises(LnReproError, match=message):
+            with_layer(paper, merged)
 
 
 @pytest.mark.parametrize(
@@ -229,7 +286,8 @@ def test_resources_name_worker_rules_only(paper: dict) -> None:
         (lambda c: c["defaults"]["model"].update(share_decoder_embeddings=False, share_all_embeddings=True),
          "share_all_embeddings requires"),
         (lambda c: c["defaults"]["schedule"].update(decay_epochs=[21]), r"decay_epochs \[21\] beyond the last epoch"),
-        (lambda c: c["runs"]["postln_warmup_isqrt"].update(train={"epochs": 5}), "train.epochs must be the same"),
+        (lambda c: c["runs"]["preln_nowarmup_step8"].update(train={"epochs": 7}),
+         r"runs\.preln_nowarmup_step8 .*decay_epochs \[8\] beyond the last epoch \(train\.epochs = 7\)"),
         (lambda c: c["comparisons"]["figure4"].update(factor="depth"), "comparisons.figure4.factor"),
     ],
 )

@@ -141,3 +141,44 @@ def test_changing_one_splits_epochs_rescores_only_its_checkpoints(demo_run: Demo
     assert not any(o.endswith(f"epoch{x.epochs:03d}.json") for o in rescored)
     slices = {outputs[0] for rule, outputs in jobs if rule == "write_slice"}
     assert "results/demo/eval.json" not in slices and "results/demo/eval_valid.json" in slices
+
+
+def test_runs_of_two_lengths_each_declare_their_own_epochs(tmp_path: Path) -> None:
+    """Figure 4's pair (and the grid runs based on it) trains 5 epochs, every other run the demo's 3, test scored
+    at each run's last epoch: one training rule and one scoring rule per group and length (train_run_e3,
+    train_run_e5, score_checkpoint_e5, score_checkpoint_valid_e5, ...), each training declaring its own epoch
+    manifests, each scoring job the score files of its own epochs and test's hypotheses at its own last."""
+    layer = tmp_path / "longer_pair.yaml"
+    layer.write_text("runs: {postln_warmup_isqrt: {train: {epochs: 5}}, preln_nowarmup_step8: {train: {epochs: 5}}}\n"
+                     "defaults: {eval: {splits: {test: {epochs: last}}}}\n")
+    proc = snakemake(REPO, "-n", "--configfile", "presets/demo.yaml", str(layer))
+    jobs = _jobs(proc.stdout + proc.stderr)
+    x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml", layer]))
+    assert x.lengths == (3, 5) and {"postln_warmup_isqrt", "preln_nowarmup_step8"} <= set(x.runs_of_length(5))
+
+    def run_of(outputs: list[str]) -> str:
+        return re.search(r"/runs/([^/]+)/seed\d+/", outputs[0]).group(1)
+
+    trainings = [(rule, outputs) for rule, outputs in jobs if rule.startswith("train_run")]
+    assert len(trainings) == sum(len(x.seeds_of(run)) for run in x.select)
+    for rule, outputs in trainings:
+        n, run_dir = x.last_of(run_of(outputs)), outputs[0].rsplit("/", 1)[0]
+        assert rule == f"train_run_e{n}"
+        manifests = [f"{run_dir}/epochs/epoch{ep:03d}.json" for ep in range(1, n + 1)]
+        assert [o for o in outputs if "/epochs/" in o] == manifests
+    scorings = [(rule, outputs) for rule, outputs in jobs if rule.startswith("score_checkpoint")]
+    scored: dict[tuple[str, str], list[int]] = {}
+    for rule, outputs in scorings:
+        run, n = run_of(outputs), x.last_of(run_of(outputs))
+        due = ("valid", "test") if rule == f"score_checkpoint_e{n}" else ("valid",)
+        assert rule in (f"score_checkpoint_e{n}", f"score_checkpoint_valid_e{n}")
+        scores = [o for o in outputs if o.endswith(".json")]
+        epochs = [int(re.search(r"epoch(\d{3})\.json$", o).group(1)) for o in scores]
+        assert epochs == ([n] if len(due) == 2 else list(range(1, n)))
+        hyps = [s[:-len(".json")] + f".{sp}.hyp" for s in scores for sp in due]
+        assert [o for o in outputs if o.endswith(".hyp")] == hyps
+        scored.setdefault((run, outputs[0].rsplit("/eval/", 1)[0]), []).extend(epochs)
+    assert len(scored) == len(trainings)  # every checkpoint of every training scored, once
+    assert all(sorted(eps) == list(range(1, x.last_of(run) + 1)) for (run, _), eps in scored.items())
+    slices = {outputs[0] for rule, outputs in jobs if rule == "write_slice"}
+    assert {"results/demo/eval.json", "results/demo/eval_valid.json"} <= slices

@@ -36,7 +36,7 @@ def epochs_table(pre_bleu: float, post_bleu: float = 30.0, spread: float = 1.0, 
 
 def table(epochs: pd.DataFrame, experiment=DEMO) -> pd.DataFrame:
     fates = bu.seed_fates(epochs, [POST, PRE], [(f"epoch {E}", E)], "valid", experiment.analysis.report)
-    return eq.equivalence(experiment, epochs, fates, f"epoch {E}", "valid").set_index("metric")
+    return eq.equivalence(experiment, epochs, fates, "valid").set_index("metric")
 
 
 def test_resolution_arithmetic():

@@ -35,14 +35,14 @@ EPOCHS = 3
 DEMO = config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"])).to_dict()
 
 
-def resolved(run: str) -> dict:
-    """The run's settings: the demo's, with the norm, warm-up and decay its name says, over EPOCHS epochs."""
+def resolved(run: str, epochs: int = EPOCHS) -> dict:
+    """The run's settings: the demo's, with the norm, warm-up and decay its name says, over ``epochs`` epochs."""
     cfg = copy.deepcopy(DEMO["runs"]["postln_warmup_isqrt"])
     cfg["model"]["norm"] = "pre" if run.startswith("pre") else "post"
     cfg["schedule"]["warmup"] = "_warmup_" in run
     cfg["schedule"]["decay"] = "step" if run.endswith("step8") else "isqrt"
     cfg["schedule"]["decay_epochs"] = [2]
-    cfg["train"]["epochs"] = EPOCHS
+    cfg["train"]["epochs"] = epochs
     return cfg
 
 
@@ -57,18 +57,20 @@ SCORED = {**RECORD, "weights": "w", "weights_sha256": "s", "manifest": "m", "dec
 
 
 def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | None = None,
-              scored: dict | None = None) -> tuple[Path, Experiment]:
+              scored: dict | None = None, lengths: dict | None = None) -> tuple[Path, Experiment]:
     """Fabricate results/{exp}/ as the stages write it. ``diverge``: {(run, seed): epoch}; ``unevaluated``:
-    {(run, seed, epoch)} trained but not scored; ``scored``: {split: epochs} for a split not scored at every
-    epoch (eval.splits.{split}.epochs; its scoring JSONs hold it only there). Two layer-gradient formats: nested
-    lists (as lnrepro.train.gradstats returns them) and flat "enc.0.attn" keys."""
+    {(run, seed, epoch)} trained but not scored; ``scored``: {split: epoch numbers, the last added} for a
+    split not scored at every epoch (eval.splits.{split}.epochs: a list and last; its scoring JSONs hold it only
+    there); ``lengths``: {run: epochs} for a run that trains other than EPOCHS epochs. Two layer-gradient
+    formats: nested lists (as lnrepro.train.gradstats returns them) and flat "enc.0.attn" keys."""
     diverge = diverge or {}
     unevaluated = unevaluated or set()
-    scored = {sp: scored.get(sp, list(range(1, EPOCHS + 1))) for sp in ("valid", "test")} if scored else {}
-    eval_splits = {sp: {**s, "epochs": scored.get(sp, s["epochs"])} for sp, s in DEMO["eval"]["splits"].items()}
+    lengths = {r: (lengths or {}).get(r, EPOCHS) for r in RUNS}
+    eval_splits = {sp: {**s, "every": sp not in (scored or {}), "listed": (scored or {}).get(sp, [])}
+                   for sp, s in DEMO["eval"]["splits"].items()}
     exp_dir = root / "results" / "fake"
     exp = Experiment.from_dict({
-        **DEMO, "name": "fake", "select": RUNS, "seeds": SEEDS, "runs": {r: resolved(r) for r in RUNS},
+        **DEMO, "name": "fake", "select": RUNS, "seeds": SEEDS, "runs": {r: resolved(r, lengths[r]) for r in RUNS},
         "grids": {},  # the demo's grid runs are not among the fabricated ones
         "comparisons": {
             "figure4": {"runs": ["postln_warmup_isqrt", "preln_nowarmup_step8"], "factor": "norm", "claim": "Figure 4"},
@@ -83,6 +85,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
     exp.write(exp_dir / "experiment.json")
     upe = 10  # updates per epoch
     for run in RUNS:
+        n = lengths[run]
         for seed in SEEDS:
             rd = exp_dir / "runs" / run / f"seed{seed}"
             (rd / "epochs").mkdir(parents=True)
@@ -92,7 +95,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
                                                      "where_ran": {"host": "h", "device": "Fake CPU"}}))
             div_ep = diverge.get((run, seed))
             lines = []
-            last = (div_ep - 1) * upe + 3 if div_ep else EPOCHS * upe
+            last = (div_ep - 1) * upe + 3 if div_ep else n * upe
             for u in range(1, last + 1, 2):
                 rec = {"update": u, "epoch": (u - 1) // upe + 1, "loss": 10 - u / 10, "nll": 9.0, "lr": 1e-4,
                        "grad_norm": 1.0 + u, "tokens_per_s": 1000.0, "wall_s": u * 0.1, "attempt": 1}
@@ -113,8 +116,8 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
             lines.append('{"update": 7, "lo')  # a partial line from a killed writer
             (rd / "train.jsonl").write_text("\n".join(lines) + "\n")
             summary = {**RECORD, "status": "diverged" if div_ep else "completed", "final_loss": 9.0, "final_nll": 8.0,
-                       "final_loss_update": last, "updates": last, "epochs_completed": (div_ep or EPOCHS + 1) - 1,
-                       "epochs": EPOCHS, "target_tokens_per_epoch": 1000, "target_tokens_trained": last * 100,
+                       "final_loss_update": last, "updates": last, "epochs_completed": (div_ep or n + 1) - 1,
+                       "epochs": n, "target_tokens_per_epoch": 1000, "target_tokens_trained": last * 100,
                        "diverged": {"update": last, "epoch": div_ep, "detail": "loss nan", "loss": None, "lr": 1e-4}
                        if div_ep else None, "attempts": 2}
             if run.startswith("post"):
@@ -122,7 +125,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
             else:  # throughput unknown here: the training log's mean
                 summary.update(train_s=last * 0.1, wall_s_all_attempts=last * 0.1, tokens_per_s=None)
             RunSummary.from_dict({**summary, "run": run, "seed": seed}).write(rd / "summary.json")
-            for ep in range(1, EPOCHS + 1):
+            for ep in range(1, n + 1):
                 diverged = div_ep is not None and ep >= div_ep
                 status = "diverged" if diverged else "ok"
                 EpochManifest.from_dict({
@@ -143,7 +146,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
                         "nll_base2": 4.0 / ep / math.log(2), "target_tokens": 100, "bleu_tok": b + (sp == "test"),
                         "bleu_tok_detail": {}, "sacrebleu": b - 1, "sacrebleu_signature": "nrefs:1|case:lc|tok:13a",
                         "sacrebleu_detail": {}, "sentences": 10, "decode_s": 2.0, "sent_per_s": 5.0}
-                        for sp in ("valid", "test") if ep in eval_splits[sp]["epochs"]})
+                        for sp in ("valid", "test") if ep in exp.scored(run, sp)})
                 CheckpointScores.from_dict(ev).write(rd / "eval" / f"epoch{ep:03d}.json")
     return exp_dir, exp
 
@@ -480,6 +483,62 @@ def test_report_with_test_scored_at_the_last_epoch_only(tmp_path):
     for claim in ("liu2020_postln_test_bleu", "liu2020_preln_test_bleu"):
         assert claims.loc[claim, "measured_as"].endswith(f"test_bleu_tok at epoch {EPOCHS}")
         assert not math.isnan(claims.loc[claim, "measured"])
+
+
+def test_report_over_runs_of_two_lengths(tmp_path):
+    """Figure 4's pair trains 5 epochs, the other cells 3, test scored at each run's last epoch: every comparison
+    is made at epochs all its runs have. The study's last budget is epoch 3 and epoch 5 one of the pair alone;
+    the factorial fit (cells of 3 and 5 epochs) stops at 3; a grid of two 5-epoch runs picks its best at 5; the
+    pair's gap runs to 5; the end point reads each run at its own last epochs; the rule is printed."""
+    pair, long = ["postln_warmup_isqrt", "preln_nowarmup_step8"], 5
+    exp_dir, exp = make_tree(tmp_path, scored={"test": []}, lengths={r: long for r in pair})
+    grid = {"g_long": {"base": pair[0], "values": {"model.norm": ["post", "pre"]}, "seeds": SEEDS, "runs": pair}}
+    exp = Experiment.from_dict({**exp.to_dict(), "grids": grid})
+    assert exp.lengths == (EPOCHS, long) and exp.scored(pair[0], "test") == (long,)
+    index = make_report(exp_dir, exp, exp_dir / "report")
+    text = html.unescape(index.read_text())
+    p = Tables()
+    p.feed(index.read_text())
+    tables = exp_dir / "report" / "tables"
+    epochs = pd.read_csv(tables / "epochs.csv")
+    assert epochs.groupby("run")["epoch"].max().to_dict() == {r: long if r in pair else EPOCHS for r in RUNS}
+    long_table = pd.read_csv(tables / "scores_long.csv")
+    test = long_table[long_table["split"] == "test"].groupby("run")["epoch"].unique()
+    assert {r: list(v) for r, v in test.items()} == {r: [long if r in pair else EPOCHS] for r in RUNS}
+    # budgets: the fit's (its cells' common last epoch, 3) first, then the pair's last epoch
+    budgets = pd.read_csv(tables / "budgets.csv")
+    assert budgets["budget"].iloc[0] == f"epoch {EPOCHS}" and budgets["budget"].iloc[-1] == f"epoch {long}"
+    assert "the last checkpoint of the runs that train this many epochs" in budgets["how"].iloc[-1]
+    cells = pd.read_csv(tables / "cells.csv")
+    assert set(cells.loc[cells["budget"] == f"epoch {long}", "run"]) == set(pair)
+    at_last = cells[(cells["budget"] == f"epoch {EPOCHS}")]
+    assert set(at_last.loc[at_last["metric"].str.startswith("valid_"), "run"]) == set(RUNS)
+    assert set(at_last.loc[at_last["metric"].str.startswith("test_"), "run"]) == set(RUNS) - set(pair)  # at 5 only
+    effects = pd.read_csv(tables / "effects.csv")
+    assert f"epoch {EPOCHS}" in set(effects["budget"]) and f"epoch {long}" not in set(effects["budget"])
+    assert pd.read_csv(tables / "effects_by_epoch.csv")["epoch"].max() == EPOCHS
+    grid_rows = {r[0]: r for r in p.tables["grid-g_long"][1:]}
+    assert set(grid_rows) == set(pair) and "best" in (grid_rows[pair[0]][-1], grid_rows[pair[1]][-1])
+    assert f"lowest seed-mean validation loss at epoch {long}" in _section(text, "tuned")
+    # the Answer: the pair to its common last epoch, the end point each run's own
+    assert pd.read_csv(tables / "gap.csv")["epoch"].max() == long
+    gap = pd.read_csv(tables / "endpoint_gap.csv").set_index(["pair", "metric"])
+    assert gap.loc[("figure4", "valid_loss_base2"), "epoch"] == long
+    end = pd.read_csv(tables / "endpoint.csv").set_index(["run", "metric"])["epochs"]
+    assert end[(pair[0], "valid_loss_base2")] == end[(pair[1], "valid_loss_base2")] == f"2-{long}"
+    convergence = pd.read_csv(tables / "convergence.csv").set_index("run")["epochs"]
+    assert convergence[pair[0]] == f"2-{long}" and convergence["preln_warmup_isqrt"] == f"1-{EPOCHS}"
+    assert "each pair is compared at the epochs both its runs have" not in _section(text, "answer")  # both end at 5
+    assert "train different numbers of epochs (3, 5)" in _section(text, "effects")
+    assert "up to epoch 3, the last epoch every run has" in _section(text, "figure4")
+    # the per-epoch table: every epoch some run scores, "—" where a run trains fewer epochs
+    per_epoch = as_frame(p.tables["bleu-per-epoch"])
+    assert list(per_epoch.index) == [str(e) for e in range(1, long + 1)]
+    assert per_epoch.loc[str(long), "preln_warmup_isqrt"] == "—" and per_epoch.loc[str(long), pair[0]] != "—"
+    test_table = as_frame(p.tables["bleu-per-epoch-test"])
+    assert list(test_table.index) == [str(EPOCHS), str(long)] and test_table.loc[str(EPOCHS), pair[0]] == "—"
+    kv = dict(map(tuple, p.tables["eval-settings"][1:]))
+    assert kv["splits.test.epochs"] == f"{EPOCHS} epochs: [{EPOCHS}]; {long} epochs: [{long}]"
 
 
 def test_a_claim_needing_an_unscored_epoch_says_so(tmp_path):

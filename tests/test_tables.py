@@ -54,7 +54,7 @@ def test_progress_tokens_lr_and_status():
 
 def test_scores_long_has_every_run_seed_epoch_split_metric():
     e = epochs()
-    long = tb.scores_long(e, tb.progress(e, SUMMARIES, EXP), EXP.eval.splits)  # both splits at every epoch
+    long = tb.scores_long(e, tb.progress(e, SUMMARIES, EXP), EXP)  # both splits at every epoch
     assert list(long.columns) == tb.LONG_COLUMNS
     assert len(long) == len(e) * (len(SPLITS) * len(ag.SPLIT_METRICS) + len(tb.TRAIN_METRICS))
     first = long[(long["seed"] == 1) & (long["epoch"] == 1)]

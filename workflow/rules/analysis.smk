@@ -38,7 +38,8 @@ if AFTER_WARMUP:
             config=P.gradinit_after_warmup_json,
             spm=P.spm_model[0],
             ids=P.bpe_ids,
-            manifests=[m for seed in X.seeds_of(AFTER_WARMUP) for m in P.epoch_manifests(EPOCHS, AFTER_WARMUP, seed)],
+            manifests=[m for seed in X.seeds_of(AFTER_WARMUP)
+                       for m in P.epoch_manifests(X.last_of(AFTER_WARMUP), AFTER_WARMUP, seed)],
         output:
             P.gradinit_after_warmup_csv,
         threads: res("gradinit_after_warmup").threads

@@ -7,7 +7,14 @@ from lnrepro.io import atomic_write_json
 # named by a suffix: none for the group of every split (score_checkpoint, eval.json), else _{splits}
 # (score_checkpoint_valid, eval_valid.json). A slice holds only its splits' settings, so a split's change
 # rescores only the checkpoints that score that split.
-SCORING = {splits: "" if splits == tuple(X.eval.splits) else "_" + "_".join(splits) for splits in X.eval.groups()}
+SCORING = {splits: "" if splits == tuple(X.eval.splits) else "_" + "_".join(splits)
+           for last in X.lengths for splits in X.eval.groups(last)}
+
+# Runs of different lengths (train.epochs per run) declare different outputs, and a rule's outputs are fixed
+# patterns: training and scoring have one rule per length, each constrained to that length's runs and named by
+# a suffix, none when every selected run has the same length (train_run, score_checkpoint), else _e{epochs}
+# (train_run_e20, score_checkpoint_valid_e20). Logs, benchmarks and resources are the rule's without it.
+LENGTH = {last: "" if len(X.lengths) == 1 else f"_e{last}" for last in X.lengths}
 
 # Each stage reads its settings from one JSON slice of the loaded config (lnrepro.config.settings); a rule
 # reruns exactly when its slice changes (Snakemake's params trigger). Each slice holds only what its readers

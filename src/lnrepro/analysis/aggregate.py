@@ -261,12 +261,16 @@ def summary_table(results: Results) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def milestone_table(run_epochs: pd.DataFrame, split: str, frac: float = 0.95) -> pd.DataFrame:
+def milestone_table(run_epochs: pd.DataFrame, split: str, frac: float = 0.95, last: int | None = None
+                    ) -> pd.DataFrame:
     """Per run, from the seed means on ``split``: best tokenized BLEU, its epoch and wall-clock, and the
     first epoch (and training wall-clock) at which the run reaches ``frac`` x the best BLEU any run
-    reaches. Answers the paper's "sooner" claim in checkpoints AND in time."""
+    reaches. Answers the paper's "sooner" claim in checkpoints AND in time. With ``last`` (the last epoch every
+    compared run has), only epochs up to it: runs are compared at epochs they all have."""
     col = f"{split}_bleu_tok_mean"
     cols = ["run", "best_bleu", "best_epoch", "best_wall_s", "target_bleu", "epoch_to_target", "wall_s_to_target"]
+    if last is not None and "epoch" in run_epochs:
+        run_epochs = run_epochs[run_epochs["epoch"] <= last]
     if run_epochs.empty or col not in run_epochs:
         return pd.DataFrame(columns=cols)
     target = frac * run_epochs[col].max()
@@ -533,7 +537,7 @@ def aggregate(results: Results, experiment: Experiment) -> Aggregate:
         execution=execution_facts(results, experiment),
         divergence=divergence_table(results, experiment, epochs),
         wallclock=wallclock_table(results, epochs, log.curves),
-        milestones=milestone_table(run_epochs, split),
+        milestones=milestone_table(run_epochs, split, last=experiment.common_last(experiment.select)),
         convergence=convergence_table(epochs, experiment, split, experiment.analysis.report.convergence_window,
                                       experiment.analysis.report.convergence_tolerance),
         curves=log.curves, lrs=learning_rates(results), layers=log.layers,

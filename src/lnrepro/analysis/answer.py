@@ -28,6 +28,10 @@ are ``analysis.report``'s (``quality_fractions``, ``useful_fraction``, ``converg
   end is ``annealed`` instead (its curve is flat because its step is a tenth, not because it has converged).
   The final gap of a pair could still change sign when it is smaller in size than ``sign_horizon`` epochs of
   either arm's present slope (seed means).
+
+Runs may train different numbers of epochs: a pair is compared at the epochs both its runs have (time to quality,
+the decomposition and the gap up to the last epoch they share, ``Experiment.common_last``, which is also where
+the final gap is taken), and the end-point table reads each run at its own last scored epochs.
 """
 
 from __future__ import annotations
@@ -277,9 +281,19 @@ def _time_rows(epochs: pd.DataFrame, pair: Pair, metric: str, last: int, setting
     return rows
 
 
-def time_to_quality(epochs: pd.DataFrame, pairs: Sequence[Pair], split: str, last: int,
+def _within(epochs: pd.DataFrame, last: int) -> pd.DataFrame:
+    """The epoch table's rows up to epoch ``last``: a comparison's epochs."""
+    return epochs[epochs["epoch"] <= last]
+
+
+def time_to_quality(epochs: pd.DataFrame, experiment: Experiment, pairs: Sequence[Pair], split: str,
                     settings: ReportSettings) -> pd.DataFrame:
-    rows = [r for p in pairs for m in METRICS for r in _time_rows(epochs, p, f"{split}_{m}", last, settings)]
+    """Each pair's times to its targets, at the epochs both its runs have (up to their common last epoch, whose
+    values set the targets)."""
+    rows = []
+    for p in pairs:
+        last = experiment.common_last([p.from_run, p.to_run])
+        rows += [r for m in METRICS for r in _time_rows(_within(epochs, last), p, f"{split}_{m}", last, settings)]
     return pd.DataFrame(rows, columns=TTQ_COLUMNS)
 
 
@@ -299,10 +313,12 @@ def _scored_epochs(epochs: pd.DataFrame, runs: Sequence[str], col: str) -> list[
 
 def decomposition(epochs: pd.DataFrame, experiment: Experiment, paths: dict[str, list[Pair]], split: str
                   ) -> pd.DataFrame:
+    """Each path's steps at every scored epoch every run on the paths has (up to their common last epoch)."""
     rows = []
     runs = sorted({r for steps in paths.values() for p in steps for r in (p.from_run, p.to_run)})
+    within = _within(epochs, experiment.common_last(runs)) if runs else epochs
     for metric in (f"{split}_{m}" for m in METRICS):
-        for ep in _scored_epochs(epochs, runs, metric):
+        for ep in _scored_epochs(within, runs, metric):
             for name, steps in paths.items():
                 for i, p in enumerate(steps, 1):
                     a, b = seed_values(epochs, p.from_run, ep, metric), seed_values(epochs, p.to_run, ep, metric)
@@ -314,11 +330,12 @@ def decomposition(epochs: pd.DataFrame, experiment: Experiment, paths: dict[str,
     return pd.DataFrame(rows, columns=DECOMPOSITION_COLUMNS)
 
 
-def gap_table(epochs: pd.DataFrame, pair: Pair, split: str) -> pd.DataFrame:
-    """Figure 4's gap (high arm minus low arm) at every scored epoch, with its Welch interval."""
+def gap_table(epochs: pd.DataFrame, experiment: Experiment, pair: Pair, split: str) -> pd.DataFrame:
+    """Figure 4's gap (high arm minus low arm) at every scored epoch both arms have, with its Welch interval."""
     rows = []
+    within = _within(epochs, experiment.common_last([pair.from_run, pair.to_run]))
     for metric in (f"{split}_{m}" for m in METRICS):
-        for ep in _scored_epochs(epochs, [pair.from_run, pair.to_run], metric):
+        for ep in _scored_epochs(within, [pair.from_run, pair.to_run], metric):
             a, b = seed_values(epochs, pair.from_run, ep, metric), seed_values(epochs, pair.to_run, ep, metric)
             d, lo, hi, _ = welch(a, b)
             rows.append({"epoch": ep, "metric": metric, "from_run": pair.from_run, "to_run": pair.to_run,
@@ -339,9 +356,10 @@ def annealed_at(experiment: Experiment, run: str, last: int) -> int | None:
 
 def endpoint_table(epochs: pd.DataFrame, experiment: Experiment, runs: Sequence[str], split: str,
                    settings: ReportSettings) -> pd.DataFrame:
-    """Per run and metric: the slope per epoch over the last ``convergence_window`` scored epochs (per seed, then the
-    seed mean with its t interval), relative to the last value, and the end-point state (validation loss:
-    converged, annealed, still falling, rising, undetermined; BLEU: its slope only)."""
+    """Per run and metric: the slope per epoch over the run's own last ``convergence_window`` scored epochs (per
+    seed, then the seed mean with its t interval), relative to the last value, and the end-point state (validation
+    loss: converged, annealed, still falling, rising, undetermined; BLEU: its slope only). Each run is read at its
+    own last epochs, whatever the length of the others'."""
     rows = []
     tol = settings.convergence_tolerance
     for run in runs:
@@ -367,14 +385,15 @@ def endpoint_table(epochs: pd.DataFrame, experiment: Experiment, runs: Sequence[
     return pd.DataFrame(rows, columns=ENDPOINT_COLUMNS)
 
 
-def endpoint_gap_table(epochs: pd.DataFrame, pairs: Sequence[Pair], endpoint: pd.DataFrame, split: str,
-                       last: int, settings: ReportSettings) -> pd.DataFrame:
-    """Per pair and metric: the gap at the last epoch (to minus from, Welch interval), each arm's present slope,
-    and whether the gap could still change sign: its size is below ``sign_horizon`` epochs of the larger of the
-    two arms' slopes (``could_change``: that change, in the metric's unit)."""
+def endpoint_gap_table(epochs: pd.DataFrame, experiment: Experiment, pairs: Sequence[Pair], endpoint: pd.DataFrame,
+                       split: str, settings: ReportSettings) -> pd.DataFrame:
+    """Per pair and metric: the gap at the last epoch both its runs have (to minus from, Welch interval), each
+    arm's present slope, and whether the gap could still change sign: its size is below ``sign_horizon`` epochs
+    of the larger of the two arms' slopes (``could_change``: that change, in the metric's unit)."""
     slope = endpoint.set_index(["run", "metric"])["slope"] if len(endpoint) else pd.Series(dtype=float)
     rows = []
     for p in pairs:
+        last = experiment.common_last([p.from_run, p.to_run])
         for metric in (f"{split}_{m}" for m in METRICS):
             d, lo, hi, _ = welch(seed_values(epochs, p.from_run, last, metric),
                                  seed_values(epochs, p.to_run, last, metric))
@@ -392,7 +411,7 @@ def endpoint_gap_table(epochs: pd.DataFrame, pairs: Sequence[Pair], endpoint: pd
 
 def answer(experiment: Experiment, epochs: pd.DataFrame, split: str) -> Answer:
     """The Answer section's tables for ``experiment`` (aggregate's epoch table ``epochs``, headline split)."""
-    settings, last = experiment.analysis.report, experiment.epochs
+    settings = experiment.analysis.report
     pair, note = figure4_pair(experiment)
     if pair is None:
         empty = {c: pd.DataFrame(columns=cols) for c, cols in (
@@ -405,9 +424,9 @@ def answer(experiment: Experiment, epochs: pd.DataFrame, split: str) -> Answer:
     pairs = [pair, *edges]
     runs = list(dict.fromkeys([pair.from_run, pair.to_run, *(r for p in edges for r in (p.from_run, p.to_run))]))
     endpoint = endpoint_table(epochs, experiment, runs, split, settings)
-    return Answer(pair, "", cube, pairs, paths, time_to_quality(epochs, pairs, split, last, settings),
-                  decomposition(epochs, experiment, paths, split), gap_table(epochs, pair, split), endpoint,
-                  endpoint_gap_table(epochs, pairs, endpoint, split, last, settings), settings, notes)
+    return Answer(pair, "", cube, pairs, paths, time_to_quality(epochs, experiment, pairs, split, settings),
+                  decomposition(epochs, experiment, paths, split), gap_table(epochs, experiment, pair, split), endpoint,
+                  endpoint_gap_table(epochs, experiment, pairs, endpoint, split, settings), settings, notes)
 
 
 # --- the section's sentences and page tables (filled in from the tables above; no new statistics)
@@ -603,14 +622,16 @@ def _endpoint_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
     if e.empty or e["n_seeds"].max() == 0:
         return ""
     tol = a.settings.convergence_tolerance
+    same = e["epochs"].nunique() == 1  # runs of different lengths: each over its own last epochs
     parts = []
     for r in (e.set_index("run").loc[x] for x in (a.pair.from_run, a.pair.to_run)):
         run = r.name
+        over = "" if same else f" over epochs {r['epochs']}"
         pct = (f"{_signed(100 * r['rel_slope'])}% an epoch ({_ci(100 * r['rel_low'], 100 * r['rel_high'], int(r['n_seeds']))}"
                f"; {_signed(r['slope'])} bits an epoch)")
         state = r["state"]
         if state == ANNEALED or r["annealed"]:
-            cut = annealed_at(experiment, run, experiment.epochs)
+            cut = annealed_at(experiment, run, experiment.last_of(run))
             s = experiment.runs[run].schedule
             how = (f"annealed, not converged: its learning rate was cut x{s.decay_factor:g} at epoch {cut}, so its "
                    "curve flattens because its steps are smaller") if state == ANNEALED else \
@@ -619,8 +640,9 @@ def _endpoint_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
         else:
             how = {IMPROVING: "still falling, not converged", WORSENING: "rising, not converged",
                    UNDETERMINED: "not shown converged (its interval reaches beyond the tolerance)"}.get(state, state)
-        parts.append(f"{run}'s changes {pct}: {how}")
-    return (f"The end point, as far as these runs go: over epochs {e.iloc[0]['epochs']}, " + "; ".join(parts)
+        parts.append(f"{run}'s changes {pct}{over}: {how}")
+    span = f"over epochs {e.iloc[0]['epochs']}" if same else "each run over its own last scored epochs"
+    return (f"The end point, as far as these runs go: {span}, " + "; ".join(parts)
             + f" (converged: the slope's 95% interval within ±{100 * tol:g}% an epoch; "
             "analysis.report.convergence_tolerance).")
 
@@ -640,13 +662,25 @@ def _sign_sentence(a: Answer, metric: str) -> str:
             "analysis.report.sign_horizon). Where the curves end needs a longer training than this one.")
 
 
+def _lengths_sentence(a: Answer, experiment: Experiment) -> str:
+    """The rule for pairs of runs of different lengths, when the Answer's runs differ in length ("" otherwise)."""
+    runs = {r for p in a.pairs for r in (p.from_run, p.to_run)}
+    if len({experiment.last_of(r) for r in runs}) < 2:
+        return ""
+    last = experiment.common_last([a.pair.from_run, a.pair.to_run])
+    return ("These runs train different numbers of epochs, so each pair is compared at the epochs both its runs have "
+            f"(times to quality, the gap and its decomposition up to the last epoch they share; Figure 4's pair up to "
+            f"epoch {last}, where its final gap is taken), and the end point reads each run at its own last epochs.")
+
+
 def sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
     """The Answer section's sentences, in reading order; where Figure 4's pair is not selected, why."""
     if a.pair is None:
         return [f"No answer for this experiment: {a.note}. The Answer section needs both runs of Figure 4's pair."]
     bleu, loss = f"{split}_bleu_tok", f"{split}_loss_base2"
-    out = [_verdict(a, experiment, bleu), _speed_sentence(a, experiment, bleu), _other_targets_sentence(a, bleu, loss),
-           _gap_sentence(a, bleu, experiment), _gap_sentence(a, loss, experiment)]
+    out = [_verdict(a, experiment, bleu), _speed_sentence(a, experiment, bleu), _lengths_sentence(a, experiment),
+           _other_targets_sentence(a, bleu, loss), _gap_sentence(a, bleu, experiment),
+           _gap_sentence(a, loss, experiment)]
     g = a.gap[(a.gap["metric"] == bleu) & a.gap["change"].notna()]
     if len(g):
         big, last = int(g.loc[g["change"].abs().idxmax(), "epoch"]), int(g["epoch"].max())

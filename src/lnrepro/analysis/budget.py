@@ -14,6 +14,12 @@ what trains: it did not train when its BLEU or validation NLL is far from the be
 (``failure_rule``); it stays in the fits (a failed cell is a result of the design) and counts as failed in the
 failure rates. A split is observed only at the budgets its scored epochs (``eval.splits.{split}.epochs``) allow:
 ``scored_budgets``.
+
+Runs may train different numbers of epochs. A comparison is made at epochs every run it compares has: the last
+epoch budget is the last epoch common to its runs, and the earlier, wall-clock and target budgets lie within the
+shortest run's training. ``budgets`` therefore takes the shortest training's last epoch and, as ``later``, the
+last epochs of the longer ones, each a budget of its own (kind ``longer``) at which the runs that train that
+far are observed (``length_rule`` says so in words).
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ class Budget:
     wall_s: float | None = None
 
 
+def epoch_label(epoch: int) -> str:
+    """An epoch budget's label: "epoch 20"."""
+    return f"epoch {epoch}"
+
+
 def epoch_at(fraction: float, epochs: int) -> int:
     """The epoch at ``fraction`` of the training, rounded half up, at least the first."""
     return max(1, math.floor(fraction * epochs + 0.5))
@@ -72,14 +83,17 @@ def best_bleu(epochs: pd.DataFrame, split: str) -> float:
     return float(ok.groupby(["run", "epoch"])[f"{split}_bleu_tok"].mean().max()) if len(ok) else math.nan
 
 
-def budgets(epochs: pd.DataFrame, n_epochs: int, settings: ReportSettings) -> list[Budget]:
-    """The last epoch, the earlier epoch (left out when it is not before the last), equal wall-clock (the
-    smallest last-epoch training wall-clock of the seeds that finished; left out before any did) and the
-    time to the BLEU target."""
-    out = [Budget(f"epoch {n_epochs}", "last", epoch=n_epochs)]
+def budgets(epochs: pd.DataFrame, n_epochs: int, settings: ReportSettings, later: Sequence[int] = ()
+            ) -> list[Budget]:
+    """The last epoch ``n_epochs`` (every compared run's), the last epochs of longer trainings (``later``: each
+    a budget of the runs that train so far), the earlier epoch (left out when it is not before the last),
+    equal wall-clock (the smallest training wall-clock at epoch ``n_epochs`` of the seeds that finished it;
+    left out before any did) and the time to the BLEU target (within ``n_epochs``)."""
+    out = [Budget(epoch_label(n_epochs), "last", epoch=n_epochs)]
+    out += [Budget(epoch_label(e), "longer", epoch=e) for e in later if e > n_epochs]
     early = settings.budget_epoch or three_quarters(n_epochs)
     if early < n_epochs:
-        out.append(Budget(f"epoch {early}", "early", epoch=early))
+        out.append(Budget(epoch_label(early), "early", epoch=early))
     done = epochs[(epochs["epoch"] == n_epochs) & (epochs["status"] == OK)]["train_wall_s"].dropna()
     if len(done):
         wall = float(done.min())
@@ -107,7 +121,8 @@ def _at_wall(g: pd.DataFrame, wall: float, cols: Sequence[str]) -> tuple[list[fl
 
 
 def _to_target(g: pd.DataFrame, bleu_col: str, target: float, n_epochs: int) -> tuple[list[float], str]:
-    """A seed's first epoch (and its training wall-clock) with BLEU >= ``target``."""
+    """A seed's first epoch (and its training wall-clock) with BLEU >= ``target``, up to epoch ``n_epochs``."""
+    g = g[g["epoch"] <= n_epochs]
     hit = g[(g["status"] == OK) & (g[bleu_col] >= target)]
     if len(hit):
         first = hit.iloc[0]
@@ -325,6 +340,7 @@ def budget_table(prog: pd.DataFrame, budget_list: Iterable[Budget], runs: Sequen
     for b in budget_list:
         at = prog[prog["epoch"] == b.epoch] if b.epoch else prog.iloc[0:0]
         how = {"last": "the last checkpoint", "early": "an earlier checkpoint (analysis.report.budget_epoch)",
+               "longer": "the last checkpoint of the runs that train this many epochs (the others end before it)",
                "wall": "equal training wall-clock: each seed's scores interpolated linearly between its "
                        "checkpoints' cumulative training wall-clock (the hardware of 'Where it ran')",
                "target": "epochs and training wall-clock to the first checkpoint at the BLEU target"}[b.kind]
@@ -336,7 +352,23 @@ def budget_table(prog: pd.DataFrame, budget_list: Iterable[Budget], runs: Sequen
     return pd.DataFrame(rows)
 
 
-__all__ = ["Budget", "budgets", "scored_budgets", "observations", "cell_table", "failure_table", "budget_table",
-           "mean_interval", "best_bleu", "epoch_at", "three_quarters", "metric_columns", "seed_fates", "failure_rule",
-           "NO_REFERENCE",
+def length_rule(lengths: Sequence[int]) -> str:
+    """The rule for runs of different lengths in words ("" when every run has the same), printed where budgets
+    are compared (Effects, Tuned baselines, Answer)."""
+    if len(lengths) < 2:
+        return ""
+    short = min(lengths)
+    return (f"The selected runs train different numbers of epochs ({', '.join(map(str, sorted(lengths)))}), and runs "
+            "are compared only at epochs every compared run has: a comparison's last-epoch budget is the last epoch "
+            f"common to its runs (the shortest one's last; epoch {short} for all the selected runs), the earlier "
+            f"budget, equal wall-clock and the time to the BLEU target lie within epoch {short}, and a longer "
+            f"training's last epoch is a budget of the runs that reach it. The factorial fit is at the last epoch "
+            "common to its cells, each grid at its runs' and each tuned pair at both grids' common last epoch, each "
+            "of the Answer's pairs at the last epoch both its runs have; the end-point table reads each run at its "
+            "own last epochs.")
+
+
+__all__ = ["Budget", "budgets", "epoch_label", "length_rule", "scored_budgets", "observations", "cell_table",
+           "failure_table", "budget_table", "mean_interval", "best_bleu", "epoch_at", "three_quarters", "metric_columns",
+           "seed_fates", "failure_rule", "NO_REFERENCE",
            "interval_rule", "is_bleu", "t_quantile"]

@@ -86,5 +86,5 @@ def build(results: Results, experiment: Experiment) -> ReportData:
         gradinit_missing=results.gradinit_missing, gradinit_depth=depth, gradinit_tables=gradinit_tables,
         confounds=confounds, confounds_table=pd.DataFrame(confounds_rows(confounds)),
         figure4_runs=pair, marks=marks, marks_note=note, answer=an.answer(experiment, agg.epochs, agg.split),
-        equivalence=eq.equivalence(experiment, agg.epochs, study.seed_fates, study.last, agg.split),
+        equivalence=eq.equivalence(experiment, agg.epochs, study.seed_fates, agg.split),
         variant_contrasts=va.variant_contrasts(agg.epochs, experiment, agg.split))

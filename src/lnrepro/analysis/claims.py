@@ -79,9 +79,15 @@ class Evidence:
     epochs: pd.DataFrame  # aggregate's per (run, seed, epoch)
     cells: pd.DataFrame  # budget.cell_table
     fits: Mapping[tuple[str, str], ef.Fit]  # (metric, budget label) -> fit
-    last: str  # the last-epoch budget's label
+    last: str  # the last-epoch budget's label: the last epoch every selected run has
     gradinit: pd.DataFrame | None = None  # analysis/gradinit.csv (None: the stage has not run)
     gradinit_fit: pd.DataFrame | None = None  # analysis/gradinit_fit.csv
+    fit_last: str = ""  # the factorial fit's last-epoch budget (its cells' common last epoch); "": ``last``
+
+    @property
+    def fit_budget(self) -> str:
+        """The budget the claims read the factorial fit at."""
+        return self.fit_last or self.last
 
 
 def norm_label(norm: str) -> str:
@@ -124,15 +130,21 @@ def scale_of(experiment: Experiment, run: str) -> tuple[str, bool]:
     return text, experiment.data.dataset == paper["dataset"] and size == paper["model"]
 
 
-def _unscored(ev: Evidence, split: str, epoch: int) -> str:
-    """Why ``split`` has no score at ``epoch`` by the configuration (``eval.splits``), else ""."""
-    s = ev.experiment.eval.splits.get(split)
-    if s is None:
+def _unscored(ev: Evidence, run: str, split: str, epoch: int) -> str:
+    """Why ``run`` has no score of ``split`` at ``epoch`` by the configuration (``eval.splits``), else ""."""
+    if split not in ev.experiment.eval.splits:
         return f"{split} is not scored (eval.splits.{split}.epochs)"
-    if epoch not in s.epochs:
+    scored = ev.experiment.scored(run, split)
+    if epoch not in scored:
         return (f"{split} is not scored at epoch {epoch}, which this claim needs (eval.splits.{split}.epochs: "
-                f"{', '.join(map(str, s.epochs))})")
+                f"{', '.join(map(str, scored))}{_of_run(ev, run)})")
     return ""
+
+
+def _of_run(ev: Evidence, run: str) -> str:
+    """" in run X's 30 epochs" where the selected runs differ in length, else ""."""
+    x = ev.experiment
+    return f" in {run}'s {x.last_of(run)} epochs" if len(x.lengths) > 1 else ""
 
 
 def _cell_value(ev: Evidence, run: str, metric: str) -> pd.Series | None:
@@ -143,7 +155,7 @@ def _cell_value(ev: Evidence, run: str, metric: str) -> pd.Series | None:
 
 
 def _measure_cell(ev: Evidence, m: Mapping[str, Any]) -> Measured:
-    """A cell's metric at the last epoch: seed mean and t interval."""
+    """A cell's metric at the last epoch every selected run has: seed mean and t interval."""
     runs = cell_runs(ev.experiment, m["cell"])
     if not runs:
         return Measured(note=f"not run: no selected run is {_levels(m['cell'])}")
@@ -153,7 +165,7 @@ def _measure_cell(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     metric = f"{m['split']}_{m['metric']}"
     scale, at_scale = scale_of(ev.experiment, run)
     notes = [] if meeting else [f"settings differ: {'; '.join(_differences(ev.experiment, run, settings))}"]
-    unscored = _unscored(ev, m["split"], ev.experiment.epochs)
+    unscored = _unscored(ev, run, m["split"], ev.experiment.common_last(ev.experiment.select))
     if unscored:
         return Measured(scale=scale, at_scale=at_scale, meets_setup=bool(meeting), note="; ".join([*notes, unscored]),
                         run=run)
@@ -177,16 +189,18 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     """Per seed trained in both cells: the epoch at which the fast cell's BLEU reaches the slow cell's BLEU at
     ``at`` of its training, interpolated linearly between the fast seed's scored checkpoints
     (``answer.crossing``), over that epoch (the paper's 9/15); mean and t interval over the seeds. A crossing at
-    the fast seed's first scored checkpoint bounds the ratio from above only: unresolved (inconclusive)."""
+    the fast seed's first scored checkpoint bounds the ratio from above only: unresolved (inconclusive). Where
+    the two runs differ in length, "its training" is the epochs both have (their common last epoch)."""
     from .answer import crossing
 
     fast, slow = (cell_runs(ev.experiment, m[k]) for k in ("fast", "slow"))
     if not fast or not slow:
         return Measured(note=f"needs a selected run for {_levels(m['fast'])} and for {_levels(m['slow'])}")
     fast_run, slow_run = fast[0], slow[0]
-    k = epoch_at(m["at"], ev.experiment.epochs)
+    last = ev.experiment.common_last([fast_run, slow_run])
+    k = epoch_at(m["at"], last)
     scale, at_scale = scale_of(ev.experiment, fast_run)
-    unscored = _unscored(ev, m["split"], k)
+    unscored = _unscored(ev, slow_run, m["split"], k)
     if unscored:
         return Measured(scale=scale, at_scale=at_scale, note=unscored)
     col = f"{m['split']}_bleu_tok"
@@ -194,7 +208,7 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     ratios, whole, left, censored = [], [], 0, []
     for seed in sorted(set(e.loc[e["run"] == fast_run, "seed"]) & set(e.loc[e["run"] == slow_run, "seed"])):
         ref = e[(e["run"] == slow_run) & (e["seed"] == seed) & (e["epoch"] == k) & (e["status"] == OK)]
-        g = e[(e["run"] == fast_run) & (e["seed"] == seed)]
+        g = e[(e["run"] == fast_run) & (e["seed"] == seed) & (e["epoch"] <= last)]
         curve = g[(g["status"] == OK) & g[col].notna()].sort_values("epoch")
         if not len(ref) or curve.empty:
             left += 1
@@ -211,8 +225,8 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
         if first:
             censored.append(seed)
     notes = [f"{left} seed(s) left out (not scored, failed, or never reaching the target)"] if left else []
-    scored = ev.experiment.eval.splits[m["split"]].epochs
-    if len(scored) < ev.experiment.epochs:
+    scored = [ep for ep in ev.experiment.scored(fast_run, m["split"]) if ep <= last]
+    if len(scored) < last:
         notes.append(f"{m['split']} scored at epochs {', '.join(map(str, scored))} only (interpolated between them)")
     if not ratios:
         return Measured(scale=scale, at_scale=at_scale, note="; ".join(notes) or "no seed trained in both cells")
@@ -231,15 +245,15 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
 def _measure_simple_effect(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     """A factor's effect with other factors held (the warm-up effect for Post-LN), from the factorial fit."""
     metric = f"{m['split']}_{m['metric']}"
-    f = ev.fits.get((metric, ev.last))
+    f = ev.fits.get((metric, ev.fit_budget))
     est = ef.simple_effect(f, m["factor"], m["at"]) if f is not None else None
     held = ", ".join(f"{g} {v}" for g, v in m["at"].items())
     if est is None:
-        return Measured(note=f"the factorial fit of {metric} at {ev.last} does not identify "
+        return Measured(note=f"the factorial fit of {metric} at {ev.fit_budget} does not identify "
                              f"{m['factor']} at {held}")
     run = ev.experiment.select[0]
     scale, at_scale = scale_of(ev.experiment, run)
-    what = f"{ef.EFFECT_WORDS[m['factor']]} at {held}, {metric} at {ev.last} (factorial fit)"
+    what = f"{ef.EFFECT_WORDS[m['factor']]} at {held}, {metric} at {ev.fit_budget} (factorial fit)"
     return Measured(*est, f.n_seeds, what, scale, at_scale, True, f.note)
 
 
@@ -407,7 +421,7 @@ class PaperMark:
 
 def paper_marks(experiment: Experiment, runs: list[str], split: str) -> tuple[list[PaperMark], str]:
     """The paper's Figure-4 points for ``runs`` (the claims of published.yaml whose source is Figure 4): each
-    absolute number as its value at the last epoch, the epoch-ratio claim as the two checkpoints it compares.
+    absolute number as its value at the run's last epoch, the epoch-ratio claim as the two checkpoints it compares.
     Only at the paper's dataset and model size (``claims.scale_of``); elsewhere none, and the note says why."""
     if not runs:
         return [], ""
@@ -417,7 +431,7 @@ def paper_marks(experiment: Experiment, runs: list[str], split: str) -> tuple[li
         scale = paper["paper"]["scale"]
         size = ", ".join(f"{k} {v}" for k, v in scale["model"].items())
         return [], f"paper's points not shown: {off[0]} differs from the paper's {scale['dataset']} ({size})"
-    last, marks = experiment.epochs, []
+    marks: list[PaperMark] = []
     label = {r: norm_label(experiment.runs[r].model.norm) for r in runs}
     for claim in paper["claims"]:
         m = claim["measure"]
@@ -426,13 +440,13 @@ def paper_marks(experiment: Experiment, runs: list[str], split: str) -> tuple[li
         if m["kind"] == "cell" and claim["kind"] == "absolute":
             for run in [r for r in cell_runs(experiment, m["cell"]) if r in runs][:1]:
                 tol = float(claim.get("tolerance", 0.0))
-                marks.append(PaperMark(run, m["metric"], last, float(claim["published"]), tol,
+                marks.append(PaperMark(run, m["metric"], experiment.last_of(run), float(claim["published"]), tol,
                                        f"paper, {label[run]}: about {claim['published']} at the end (± {tol:g})"))
         elif m["kind"] == "epoch_ratio":
             fast = [r for r in cell_runs(experiment, m["fast"]) if r in runs][:1]
             slow = [r for r in cell_runs(experiment, m["slow"]) if r in runs][:1]
             if fast and slow:
-                k = epoch_at(m["at"], last)  # as the claim is measured
+                k = epoch_at(m["at"], experiment.common_last([fast[0], slow[0]]))  # as the claim is measured
                 k_fast = float(claim["published"]) * k
                 marks += [PaperMark(fast[0], "bleu_tok", k_fast, None, 0.0,
                                     f"paper: {label[fast[0]]}'s checkpoint {k_fast:g} as good as "

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from .answer import Pair, figure4_pair, seed_values
-from .budget import DID_NOT_TRAIN, FAILED, LEVEL, t_quantile
+from .budget import DID_NOT_TRAIN, FAILED, LEVEL, epoch_label, t_quantile
 from .claims import fmt, norm_label
 
 ALPHA = 0.05  # the two one-sided tests' level: equivalent when both reject at 5% (the 90% interval within the margin)
@@ -117,17 +117,17 @@ def difference_of(experiment: Experiment, pair: Pair) -> str:
     return f"{b} minus {a} ({pair.to_run} - {pair.from_run})"
 
 
-def equivalence(experiment: Experiment, epochs: pd.DataFrame, fates: pd.DataFrame, last_budget: str,
-                split: str) -> pd.DataFrame:
+def equivalence(experiment: Experiment, epochs: pd.DataFrame, fates: pd.DataFrame, split: str) -> pd.DataFrame:
     """tables/equivalence.csv: per split scored at the last epoch (``split``, the headline, first) and metric of
     ``analysis.report.equivalence_margins``, Figure 4's arms at the last epoch (``fates``: budget.seed_fates,
-    read at ``last_budget``); empty when the pair is not configured or selected."""
+    read at that epoch's budget); the last epoch is the last both arms train (runs of different lengths are
+    compared at epochs every compared run has); empty when the pair is not configured or selected."""
     pair, _ = figure4_pair(experiment)
     if pair is None:
         return pd.DataFrame(columns=COLUMNS)
-    last = experiment.epochs
+    last = experiment.common_last([pair.from_run, pair.to_run])
     margins = experiment.analysis.report.equivalence_margins.to_dict()
-    at = fates[fates["budget"] == last_budget]
+    at = fates[fates["budget"] == epoch_label(last)]
     splits = [split, *(s for s in experiment.eval.splits if s != split)]
     rows = []
     for metric, margin in ((f"{sp}_{m}", mg) for sp in splits for m, mg in margins.items()):

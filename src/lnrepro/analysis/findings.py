@@ -160,7 +160,8 @@ def _stability(data: ReportData) -> list[str]:
         parts = [f"{label}: {', '.join(runs)}" for label, runs in groups.items()]
         cut = conv[conv["lr_cut"].astype(str) != ""]
         tol = s.settings.convergence_tolerance
-        out.append(f"Convergence over epochs {conv['epochs'].iloc[0]} (the validation NLL's slope, converged "
+        span = f"epochs {conv['epochs'].iloc[0]}" if conv["epochs"].nunique() == 1 else "each run's last scored epochs"
+        out.append(f"Convergence over {span} (the validation NLL's slope, converged "
                    f"within +-{tol:.1%} an epoch): {'; '.join(parts)}."
                    + (f" {len(cut)} run(s) had their learning rate cut by the step decay: a flat curve there is "
                       "annealing, not convergence." if len(cut) else ""))
@@ -178,7 +179,7 @@ def _claims(data: ReportData) -> tuple[list[str], list[str]]:
 def findings(data: ReportData) -> list[Group]:
     """The Findings, grouped and in order."""
     gap, widest = _pair_gap(data)
-    epochs = sorted({e for e in (widest, data.experiment.epochs) if e is not None})
+    epochs = sorted({e for e in (widest, data.study.fit_epoch) if e is not None})
     scored = set(data.study.effects_by_epoch["epoch"]) if len(data.study.effects_by_epoch) else set()
     first, last = _claims(data)
     labels = {r: norm_label(data.experiment.runs[r].model.norm) for r in data.figure4_runs}

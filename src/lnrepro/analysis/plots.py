@@ -562,7 +562,7 @@ def make_figures(data: ReportData, fig_dir: Path) -> dict[str, Path]:
                                           styles=styles),
         "lr": plot_learning_rates(agg.lrs, fig_dir / FIGURES["lr"], styles=styles, experiment=experiment),
         "cells": plot_cells(s.observations, s.cells, s.design, s.last, split, fig_dir / FIGURES["cells"]),
-        "effects": plot_effects(s.effects, s.last, split, fig_dir / FIGURES["effects"]),
+        "effects": plot_effects(s.effects, s.fit_last, split, fig_dir / FIGURES["effects"]),
         "interaction": plot_interaction(s.cells, s.design, s.last, split, fig_dir / FIGURES["interaction"]),
         "effects_by_epoch": plot_effects_by_epoch(s.effects_by_epoch, split, fig_dir / FIGURES["effects_by_epoch"]),
         "failures": plot_failures(s.failures, fig_dir / FIGURES["failures"]),

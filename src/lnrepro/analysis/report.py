@@ -32,6 +32,7 @@ from ..io import atomic_directory, atomic_write_csv, atomic_write_text, where_ra
 from ..norms import NORMS
 from ..paper import DEVIATIONS
 from ..paths import ANSWER_MD
+from . import budget as bu
 from . import findings as fi
 from . import answer as an
 from . import equivalence as eq
@@ -133,7 +134,7 @@ def _what_was_run(page: Page) -> dict[str, Any]:
             "notes": e.notes, "scaling": vw.key_values(flatten(e.scaling).items()) if e.scaling else None,
             "runs": vw.run_factors(e), "shared": vw.key_values(vw.shared_settings(e)),
             # sorted by key, as the shared settings
-            "eval": vw.key_values(sorted(flatten(e.eval.to_dict()).items()))}
+            "eval": vw.key_values(vw.eval_settings(e))}
 
 
 def _figure4(page: Page) -> dict[str, Any]:
@@ -141,8 +142,8 @@ def _figure4(page: Page) -> dict[str, Any]:
     split = d.agg.split
 
     def per_epoch(heading: str, sp: str, metric: str, table_id: str, digits: int = 2) -> dict[str, Any]:
-        """A heading and the per run per epoch table of one score of ``sp``, at the epochs it is scored at."""
-        scored = e.eval.splits[sp].epochs
+        """A heading and the per run per epoch table of one score of ``sp``, at the epochs each run scores it."""
+        scored = {run: e.scored(run, sp) for run in e.select}
         return {"heading": heading, "id": table_id,
                 "table": vw.per_epoch_table(d.agg.run_epochs, f"{sp}_{metric}", e.select, digits, scored)}
 
@@ -157,12 +158,14 @@ def _figure4(page: Page) -> dict[str, Any]:
             "figure4": page.figure("figure4", "Figure 4: validation loss and BLEU per epoch"),
             "figure4_time": page.figure("figure4_time", "Figure 4's curves against updates and training wall-clock"),
             "per_epoch": tables, "convergence": vw.convergence_view(d.agg.convergence),
-            "convergence_rule": fi.rules(d)["convergence"], "milestones": d.agg.milestones}
+            "convergence_rule": fi.rules(d)["convergence"], "milestones": d.agg.milestones,
+            "within": d.study.last if len(e.lengths) > 1 else ""}
 
 
 def _effects(page: Page) -> dict[str, Any]:
     s = page.data.study
     return {"s": s, "target_fraction": f"{s.settings.target_fraction:.0%}", "target": fmt(s.target_bleu),
+            "length_rule": bu.length_rule(page.experiment.lengths),
             "design": s.design.rename(columns={f: f"{f} (-1 {lo}, +1 {hi})" for f, (lo, hi) in LEVEL_WORDS.items()}),
             "cells": vw.cells_view(s.cells, page.experiment.select), "effects": vw.effects_view(s.effects),
             "rules": fi.rules(page.data), "fates": vw.fates_view(s.seed_fates, s.last),
@@ -170,7 +173,7 @@ def _effects(page: Page) -> dict[str, Any]:
                          for m in dict.fromkeys(s.effects_by_epoch["metric"])],
             "by_epoch_figure": page.figure("effects_by_epoch", "factorial effects at every scored epoch, 95% bands"),
             "cells_figure": page.figure("cells", f"every cell at {s.last}: seeds as points, mean and 95% interval"),
-            "effects_figure": page.figure("effects", f"main effects and interactions at {s.last}, 95% intervals"),
+            "effects_figure": page.figure("effects", f"main effects and interactions at {s.fit_last}, 95% intervals"),
             "interaction_figure": page.figure("interaction", f"norm x warm-up interaction at {s.last}"),
             "failures_figure": page.figure("failures",
                                            "share of seeds diverged, stopped or that did not train, per cell")}
@@ -181,7 +184,8 @@ def _tuned(page: Page) -> dict[str, Any]:
     grids = [{"name": name, "base": e.grids[name].base, "varies": ", ".join(e.grids[name].values),
               "seeds": ", ".join(map(str, e.grids[name].seeds)), "best": s.best.get(name, "none scored yet"),
               "table": t} for name, t in s.grids.items()]
-    return {"any": bool(e.grids), "last": s.last, "grids": grids, "tuned": s.tuned, "brackets": s.brackets,
+    return {"any": bool(e.grids), "last": ", ".join(dict.fromkeys(s.grid_last.values())) or s.last, "grids": grids,
+            "tuned": s.tuned, "length_rule": bu.length_rule(e.lengths), "brackets": s.brackets,
             "bracket_sentences": tu.bracket_sentences(s.brackets)}
 
 

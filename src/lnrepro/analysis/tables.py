@@ -11,11 +11,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
-from ..config.settings import FACTOR_KEYS, Experiment, SplitEval
+from ..config.settings import FACTOR_KEYS, Experiment
 from ..train.schedule import lr_at
 from . import aggregate as ag
 
@@ -72,13 +72,21 @@ def _cell(value: Any) -> Any:
     return int(v) if v.is_integer() and abs(v) < 2 ** 53 else float(f"{v:.6g}")
 
 
-def scores_long(epochs: pd.DataFrame, prog: pd.DataFrame, splits: Mapping[str, SplitEval]) -> pd.DataFrame:
+def scored_rows(epochs: pd.DataFrame, experiment: Experiment, split: str) -> pd.DataFrame:
+    """The rows of an epoch table (run, epoch) at which their run scores ``split`` (``Experiment.scored``: the
+    epochs are each run's own)."""
+    keep = [int(ep) in experiment.scored(run, split) for run, ep in zip(epochs["run"], epochs["epoch"])]
+    return epochs.loc[pd.Series(keep, index=epochs.index, dtype=bool)]
+
+
+def scores_long(epochs: pd.DataFrame, prog: pd.DataFrame, experiment: Experiment) -> pd.DataFrame:
     """One row per (run, seed, epoch, split, metric): every split's scores (tokenized BLEU, sacreBLEU, loss
-    and NLL in nats and base 2) at the epochs it is scored at (NaN where that scoring has no result: diverged,
-    not yet run) and, under split "train", the training facts."""
+    and NLL in nats and base 2) at the epochs its run scores it at (``Experiment.scored``: NaN where that scoring
+    has no result: diverged, not yet run) and, under split "train", the training facts."""
     keys = ["run", "seed", "epoch"]
-    scores = [epochs[epochs["epoch"].isin(s.epochs)][keys + [f"{sp}_{m}" for m in ag.SPLIT_METRICS]]
-              .rename(columns={f"{sp}_{m}": m for m in ag.SPLIT_METRICS}).assign(split=sp) for sp, s in splits.items()]
+    splits = experiment.eval.splits
+    scores = [scored_rows(epochs, experiment, sp)[keys + [f"{sp}_{m}" for m in ag.SPLIT_METRICS]]
+              .rename(columns={f"{sp}_{m}": m for m in ag.SPLIT_METRICS}).assign(split=sp) for sp in splits]
     parts = [s.melt(id_vars=keys + ["split"], var_name="metric") for s in scores]
     parts.append(prog.assign(split=TRAIN_SPLIT).melt(id_vars=keys + ["split"], var_name="metric"))
     long = pd.concat(parts, ignore_index=True)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from ..config.settings import FACTOR_KEYS, Experiment
 from . import aggregate as ag
 from .claims import fmt
-from .confounds import differing_keys
+from .confounds import differing_keys, flatten
 
 
 def setting_value(v: Any) -> Any:
@@ -44,18 +44,25 @@ def score_cell(row: pd.Series, col: str, digits: int = 2) -> str:
     return s
 
 
+NOT_THERE = "—"  # a per-epoch cell of a run that does not score the split there (or trains fewer epochs)
+
+
 def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: Sequence[str], digits: int = 2,
-                    epochs: Sequence[int] | None = None) -> pd.DataFrame:
-    """Rows: epoch (only ``epochs``, the ones the column's split is scored at, when given); columns: runs (in
-    ``select`` order); one formatted value per run per epoch."""
-    if epochs is not None:
-        run_epochs = run_epochs[run_epochs["epoch"].isin(epochs)]
+                    scored: Mapping[str, Sequence[int]] | None = None) -> pd.DataFrame:
+    """Rows: epoch (only those some run scores the column's split at, when ``scored`` gives each run's scored
+    epochs); columns: runs (in ``select`` order); one formatted value per run per epoch, "—" where the run does
+    not score the split (or trains fewer epochs)."""
+    if scored is not None:
+        keep = [int(ep) in scored.get(run, ()) for run, ep in zip(run_epochs["run"], run_epochs["epoch"])]
+        run_epochs = run_epochs.loc[pd.Series(keep, index=run_epochs.index, dtype=bool)]
     if run_epochs.empty:
         return pd.DataFrame()
     cells = run_epochs.assign(cell=run_epochs.apply(lambda r: score_cell(r, col, digits), axis=1))
     piv = cells.pivot(index="epoch", columns="run", values="cell")
     piv = piv[[r for r in runs if r in piv.columns]]
     piv = piv.fillna(ag.STATUS_MISSING)
+    for run in piv.columns if scored is not None else ():  # an epoch another run scores the split at
+        piv.loc[~piv.index.isin(scored.get(run, ())), run] = NOT_THERE
     piv.columns.name = None
     return piv.reset_index()
 
@@ -197,6 +204,18 @@ def cells_view(cells: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
     piv = piv.loc[[r for r in runs if r in piv.index], list(dict.fromkeys(text["column"]))]
     piv.columns.name = None
     return piv.reset_index()
+
+
+def eval_settings(experiment: Experiment) -> list[tuple[str, Any]]:
+    """The evaluation settings as key/value pairs, sorted by key; each split's epochs as the epochs it is scored
+    at, per length of training where the selected runs differ in length ("10 epochs: [10]; 20 epochs: [20]")."""
+    flat = flatten(experiment.eval.to_dict())
+    pairs = [(k, v) for k, v in flat.items() if not k.endswith((".every", ".listed"))]
+    for split, s in experiment.eval.splits.items():
+        per = {n: list(s.scored(n)) for n in experiment.lengths}
+        pairs.append((f"splits.{split}.epochs", next(iter(per.values())) if len(per) == 1 else
+                      "; ".join(f"{n} epochs: {json.dumps(eps)}" for n, eps in per.items())))
+    return sorted(pairs)
 
 
 def key_values(pairs: Iterable[tuple[str, Any]]) -> pd.DataFrame:

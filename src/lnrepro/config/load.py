@@ -3,8 +3,10 @@
 Validation is two steps run together, once, when the config is loaded (by the Snakefile or the CLI): the JSON
 schema (``workflow/schemas/config.schema.yaml``, with the norm variants filled in from ``lnrepro.norms`` and the
 optimizers from ``lnrepro.optimizers``) and ``check_semantics`` for what a schema cannot say (cross-references,
-equal epochs, a decay epoch within the training, a width the heads divide, grid references and names, an
-after-warm-up run with warm-up, an earlier budget before the last epoch). Nothing downstream validates again.
+a decay epoch within the run's training, a width the heads divide, grid references and names, an after-warm-up
+run with warm-up, an earlier budget before the shortest run's last epoch, each split's scored epochs within every
+run's training). Selected runs may train different numbers of epochs (``train.epochs`` per run, as any run
+setting). Nothing downstream validates again.
 
 A grid (``grids:``) is expanded here, when runs are resolved, into runs named
 ``{base}__{key}={value}__...``; everything downstream sees them as runs. See docs/architecture.md.
@@ -148,10 +150,7 @@ def check_semantics(config: dict) -> None:
             if late:
                 raise LnReproError(f"config: {where}: schedule.decay_epochs {late} beyond the last epoch "
                                    f"(train.epochs = {run.train.epochs}): the step decay would never happen")
-    counts = {name: run.train.epochs for name, run in resolved.items()}
-    if len(set(counts.values())) > 1:
-        raise LnReproError(f"config: train.epochs must be the same for every selected run, got {counts}")
-    eval_settings(config)  # resolving the epochs each split is scored at checks them
+    eval_settings(config)  # resolving the epochs each split is scored at checks them against every run's length
     _check_analysis(config, runs, resolved)
 
 
@@ -178,9 +177,12 @@ def _check_analysis(config: dict, runs: dict[str, dict], resolved: dict[str, Run
                                    "a run mapped to the run it is judged against")
         if run == reference:
             raise LnReproError(f"{where}: a run cannot be its own reference")
-    budget, epochs = analysis.report.budget_epoch, next(iter(resolved.values())).train.epochs
+    # Every comparison ends at its runs' common last epoch, so an earlier budget must be before the shortest's.
+    budget, shortest = analysis.report.budget_epoch, min(resolved.values(), key=lambda r: r.train.epochs)
+    epochs = shortest.train.epochs
     if budget is not None and budget >= epochs:
-        raise LnReproError(f"config: analysis.report.budget_epoch ({budget}) must be before the last epoch "
+        of = "" if len({r.train.epochs for r in resolved.values()}) == 1 else " of the shortest selected run"
+        raise LnReproError(f"config: analysis.report.budget_epoch ({budget}) must be before the last epoch{of} "
                            f"(train.epochs = {epochs}); the last epoch is always a budget of the report")
 
 
@@ -298,37 +300,54 @@ def data_settings(config: dict) -> DataSettings:
     return DataSettings(name, {k: v for k, v in data.get(name, {}).items() if k not in LOCATION_KEYS})
 
 
-def _scored_epochs(spec: str | list, epochs: int, key: str) -> tuple[int, ...]:
-    """A split's ``epochs`` (all, last, a list of numbers and last) as ascending epoch numbers."""
-    if spec == "all":
-        return tuple(range(1, epochs + 1))
-    listed = [epochs if e == "last" else e for e in ([spec] if spec == "last" else spec)]
-    outside = [e for e in listed if not 1 <= e <= epochs]
+def _split_epochs(spec: str | list) -> tuple[bool, tuple[int, ...]]:
+    """A split's ``epochs`` (all, last, a list of numbers and last) as ``SplitEval``'s (every, listed)."""
+    if spec in ("all", "last"):
+        return spec == "all", ()
+    return False, tuple(sorted(e for e in spec if e != "last"))
+
+
+def _check_split_epochs(spec: str | list, last: int, key: str, runs: str) -> None:
+    """A listed epoch outside the training of a run of ``last`` epochs, or a list without that last epoch, is
+    an error naming the key (``runs``: which runs have that length, "" when every selected run has it)."""
+    if isinstance(spec, str):
+        return
+    listed = [e for e in spec if e != "last"]
+    outside = [e for e in listed if not 1 <= e <= last]
     if outside:
-        raise LnReproError(f"config: {key}: epoch(s) {outside} outside the training (1..{epochs}, train.epochs)")
-    if listed and epochs not in listed:
-        raise LnReproError(f"config: {key}: {spec} does not hold the last epoch ({epochs}): every scored split is "
-                           "scored there, where the report compares the runs (add last)")
-    return tuple(sorted(set(listed)))
+        raise LnReproError(f"config: {key}: epoch(s) {outside} outside the training (1..{last}, train.epochs{runs})")
+    if spec and "last" not in spec and last not in listed:
+        raise LnReproError(f"config: {key}: {spec} does not hold the last epoch ({last}{runs}): every scored split "
+                           "is scored there, where the report compares the runs (add last)")
 
 
 def eval_settings(config: dict) -> EvalSettings:
-    """defaults.eval resolved: each split's epochs as numbers (a split scored at none left out), the validation
-    loss's label smoothing from defaults.optim. A listed epoch outside the training, a list without the last
-    epoch, or an epoch that scores no split (each checkpoint has one scoring job) is an error naming the key."""
+    """defaults.eval resolved: each split's epochs (a split scored at none left out), the validation loss's label
+    smoothing from defaults.optim. The epochs are checked against the length of every selected run (``all`` and
+    ``last`` are each run's own): a listed epoch outside a run's training, a list without the last epoch, or an
+    epoch of some run that scores no split (each checkpoint has one scoring job) is an error naming the key."""
     spec, where = config["defaults"]["eval"], "defaults.eval.splits"
-    epochs = resolve_run(config, selected_runs(config)[0]).train.epochs  # equal for every selected run
+    lengths: dict[int, list[str]] = {}
+    for run in selected_runs(config):
+        lengths.setdefault(resolve_run(config, run).train.epochs, []).append(run)
     splits = {}
     for name, split in spec["splits"].items():
-        scored = _scored_epochs(split["epochs"], epochs, f"{where}.{name}.epochs")
-        if scored:
-            splits[name] = {**split, "epochs": scored}
-    unscored = sorted(set(range(1, epochs + 1)) - {e for s in splits.values() for e in s["epochs"]})
-    if unscored:
-        raise LnReproError(f"config: {where}: no split is scored at epoch(s) {unscored}: every checkpoint has one "
-                           "scoring job, which scores at least one split (e.g. valid: {epochs: all})")
-    return EvalSettings.from_dict({"splits": splits, "max_tokens": spec["max_tokens"],
-                                   "label_smoothing": config["defaults"]["optim"]["label_smoothing"]}, "defaults.eval")
+        every, listed = _split_epochs(split["epochs"])
+        if every or split["epochs"]:
+            splits[name] = {**{k: v for k, v in split.items() if k != "epochs"}, "every": every, "listed": listed}
+    settings = EvalSettings.from_dict({"splits": splits, "max_tokens": spec["max_tokens"],
+                                       "label_smoothing": config["defaults"]["optim"]["label_smoothing"]},
+                                      "defaults.eval")
+    for last, runs in sorted(lengths.items()):
+        more = f" and {len(runs) - 1} more run(s)" if len(runs) > 1 else ""
+        of = "" if len(lengths) == 1 else f" of {runs[0]}{more}"
+        for name, split in spec["splits"].items():
+            _check_split_epochs(split["epochs"], last, f"{where}.{name}.epochs", of)
+        unscored = sorted(set(range(1, last + 1)) - {e for eps in settings.scored(last).values() for e in eps})
+        if unscored:
+            raise LnReproError(f"config: {where}: no split is scored at epoch(s) {unscored}{of}: every checkpoint "
+                               "has one scoring job, which scores at least one split (e.g. valid: {epochs: all})")
+    return settings
 
 
 def experiment(config: dict) -> Experiment:

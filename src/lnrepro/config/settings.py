@@ -13,7 +13,7 @@ import hashlib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Iterable, Mapping, TypeVar
 
 from ..errors import LnReproError
 from ..io import atomic_write_text, json_text, read_json
@@ -204,10 +204,16 @@ class SplitDecoding(Section):
 
 @dataclass(frozen=True)
 class SplitEval(SplitDecoding):
-    """``eval.splits.{split}``: its decoding and the epochs scored, resolved at load time to ascending numbers
-    that hold the last epoch."""
+    """``eval.splits.{split}``: its decoding and the epochs scored, resolved at load time to every epoch (``all``)
+    or the ``listed`` epoch numbers and the last. The last epoch is each run's own, so a run of E epochs scores
+    the split at ``scored(E)``: the one resolution for every length."""
 
-    epochs: tuple[int, ...]
+    every: bool  # all: every epoch of the run
+    listed: tuple[int, ...]  # else the numbered epochs scored besides the run's last (none for ``last``)
+
+    def scored(self, last: int) -> tuple[int, ...]:
+        """The epochs scored in a run whose last epoch is ``last``, ascending (the last among them)."""
+        return tuple(range(1, last + 1)) if self.every else tuple(sorted({*self.listed, last}))
 
     def decoding(self) -> SplitDecoding:
         return SplitDecoding(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SplitDecoding)})
@@ -230,24 +236,30 @@ class ScoreSettings(Section):
 @dataclass(frozen=True)
 class EvalSettings(Section):
     """The eval section, resolved: per scored split its decoding and epochs (a split scored at no epoch is left
-    out), and the settings shared by every split. Scoring jobs read ``ScoreSettings`` slices of it."""
+    out), and the settings shared by every split. Scoring jobs read ``ScoreSettings`` slices of it. Which epochs
+    score which splits depends on the run's length (``all`` and ``last`` are the run's own), so each method
+    that names epochs takes the last epoch of the runs it is asked for."""
 
     splits: dict[str, SplitEval]
     max_tokens: int
     label_smoothing: float
 
-    def due(self, epoch: int) -> tuple[str, ...]:
-        """The splits scored at ``epoch``, in config order."""
-        return tuple(name for name, s in self.splits.items() if epoch in s.epochs)
+    def scored(self, last: int) -> dict[str, tuple[int, ...]]:
+        """Each scored split -> its epochs in a run whose last epoch is ``last``, in config order."""
+        return {name: s.scored(last) for name, s in self.splits.items()}
 
-    def groups(self) -> dict[tuple[str, ...], tuple[int, ...]]:
-        """The splits scored together -> the epochs they are scored at: one scoring rule each (a rule's outputs,
-        the hypotheses, are fixed patterns). The group of every split comes first (it always exists: every
-        split is scored at the last epoch)."""
-        epochs = sorted({ep for s in self.splits.values() for ep in s.epochs})
+    def due(self, epoch: int, last: int) -> tuple[str, ...]:
+        """The splits scored at ``epoch`` of a run whose last epoch is ``last``, in config order."""
+        return tuple(name for name, eps in self.scored(last).items() if epoch in eps)
+
+    def groups(self, last: int) -> dict[tuple[str, ...], tuple[int, ...]]:
+        """The splits scored together -> the epochs they are scored at, in a run whose last epoch is ``last``:
+        one scoring rule each (a rule's outputs, the hypotheses, are fixed patterns). The group of every split
+        comes first (it always exists: every split is scored at the last epoch)."""
+        epochs = sorted({ep for eps in self.scored(last).values() for ep in eps})
         out: dict[tuple[str, ...], list[int]] = {tuple(self.splits): []}
         for ep in epochs:
-            out.setdefault(self.due(ep), []).append(ep)
+            out.setdefault(self.due(ep, last), []).append(ep)
         return {splits: tuple(eps) for splits, eps in out.items() if eps}
 
     def scoring(self, splits: tuple[str, ...]) -> ScoreSettings:
@@ -441,10 +453,41 @@ class Experiment(Section):
     notes: str = ""
     scaling: dict[str, Any] | None = None
 
+    def last_of(self, run: str) -> int:
+        """The last epoch (= checkpoint) of ``run``: its own ``train.epochs``."""
+        return self.runs[run].train.epochs
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """The selected runs' numbers of epochs, ascending, each once."""
+        return tuple(sorted({self.last_of(run) for run in self.select}))
+
+    def runs_of_length(self, last: int) -> tuple[str, ...]:
+        """The selected runs whose last epoch is ``last``, in select order."""
+        return tuple(run for run in self.select if self.last_of(run) == last)
+
+    def common_last(self, runs: Iterable[str]) -> int:
+        """The last epoch every one of ``runs`` has (the shortest one's last): where a comparison of them ends."""
+        return min(self.last_of(run) for run in runs)
+
     @property
     def epochs(self) -> int:
-        """Epochs (= checkpoints) of every selected run; the load-time check makes them equal."""
-        return self.runs[self.select[0]].train.epochs
+        """The epochs of every selected run when they all have the same; an LnReproError otherwise (ask
+        ``last_of`` a run, or ``common_last`` the runs compared)."""
+        if len(self.lengths) > 1:
+            raise LnReproError(f"the selected runs differ in train.epochs ({', '.join(map(str, self.lengths))}): "
+                               "no one number of epochs")
+        return self.lengths[0]
+
+    def scored(self, run: str, split: str) -> tuple[int, ...]:
+        """The epochs at which ``run``'s checkpoints score ``split`` (none for a split never scored)."""
+        s = self.eval.splits.get(split)
+        return s.scored(self.last_of(run)) if s is not None else ()
+
+    def common_scored(self, runs: Iterable[str], split: str) -> tuple[int, ...]:
+        """The epochs at which every one of ``runs`` scores ``split``: those a comparison of them observes."""
+        sets = [set(self.scored(run, split)) for run in runs]
+        return tuple(sorted(set.intersection(*sets))) if sets else ()
 
     def seeds_of(self, run: str) -> tuple[int, ...]:
         """The seeds ``run`` trains: its grid's (all its grids', when several generate it), else its own
