@@ -40,6 +40,7 @@ from .settings import (
     ModelSettings,
     Resources,
     RunSettings,
+    VALID,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -319,8 +320,21 @@ def eval_settings(config: dict) -> EvalSettings:
     if unscored:
         raise LnReproError(f"config: {where}: no split is scored at epoch(s) {unscored}: every checkpoint has one "
                            "scoring job, which scores at least one split (e.g. valid: {epochs: all})")
-    return EvalSettings.from_dict({"splits": splits, "max_tokens": spec["max_tokens"],
+    floor = spec.get("valid_bleu_floor")
+    if floor is not None:
+        _check_floor(splits, f"{where.rsplit('.', 1)[0]}.valid_bleu_floor")
+    return EvalSettings.from_dict({"splits": splits, "max_tokens": spec["max_tokens"], "valid_bleu_floor": floor,
                                    "label_smoothing": config["defaults"]["optim"]["label_smoothing"]}, "defaults.eval")
+
+
+def _check_floor(splits: dict[str, dict], key: str) -> None:
+    """The floor reads the checkpoint's own valid BLEU, from the same scoring job: valid must be scored wherever
+    another split is."""
+    valid = set(splits.get(VALID, {}).get("epochs", ()))
+    unread = sorted({e for name, s in splits.items() if name != VALID for e in s["epochs"]} - valid)
+    if unread:
+        raise LnReproError(f"config: {key}: the floor reads the checkpoint's valid BLEU, but valid is not scored at "
+                           f"epoch(s) {unread}, where another split is (score valid there, or set the floor null)")
 
 
 def experiment(config: dict) -> Experiment:

@@ -35,6 +35,7 @@ DECAY_SETTINGS: dict[str, frozenset[str]] = {
     "constant": frozenset(),
 }
 _SWITCHED = WARMUP_SETTINGS.union(*DECAY_SETTINGS.values())
+VALID = "valid"  # the split eval.valid_bleu_floor reads
 
 
 def _dotted(where: str, key: str) -> str:
@@ -225,6 +226,8 @@ class ScoreSettings(Section):
     splits: dict[str, SplitDecoding]
     max_tokens: int
     label_smoothing: float  # the validation loss is the training criterion (optim.label_smoothing)
+    # eval.valid_bleu_floor, in a slice that scores valid beside another split (else None: nothing to skip)
+    valid_bleu_floor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,8 @@ class EvalSettings(Section):
     splits: dict[str, SplitEval]
     max_tokens: int
     label_smoothing: float
+    # the other splits of a checkpoint whose valid BLEU is below this are not decoded (None: always decoded)
+    valid_bleu_floor: float | None = None
 
     def due(self, epoch: int) -> tuple[str, ...]:
         """The splits scored at ``epoch``, in config order."""
@@ -251,9 +256,11 @@ class EvalSettings(Section):
         return {splits: tuple(eps) for splits, eps in out.items() if eps}
 
     def scoring(self, splits: tuple[str, ...]) -> ScoreSettings:
-        """The slice of the jobs that score ``splits``."""
+        """The slice of the jobs that score ``splits``; the floor only where valid is scored beside another split
+        (so that changing it rescores no valid-only checkpoint)."""
+        floor = self.valid_bleu_floor if VALID in splits and len(splits) > 1 else None
         return ScoreSettings({name: self.splits[name].decoding() for name in splits}, self.max_tokens,
-                             self.label_smoothing)
+                             self.label_smoothing, floor)
 
 
 @dataclass(frozen=True)
