@@ -19,6 +19,7 @@ from ..config.settings import Experiment
 from . import aggregate as ag
 from . import answer as an
 from . import claims as cl
+from . import depth as dp
 from . import study as st
 from . import variants as va
 from .confounds import analyze_confounds, confounds_rows
@@ -45,6 +46,7 @@ class ReportData:
     marks_note: str  # why there are none
     answer: an.Answer  # the Answer section's tables (answer.answer)
     variant_contrasts: pd.DataFrame  # variants.variant_contrasts: the other variants against Post-LN and Pre-LN
+    depth: dp.Depth  # the depth study's tables (none with one depth)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The one list of the report's CSV files: name -> table (report/tables/{name}.csv)."""
@@ -62,6 +64,7 @@ class ReportData:
             **self.gradinit_tables,
             **self.answer.tables(),
             "variant_contrasts": self.variant_contrasts,
+            **self.depth.tables(),
         }
 
 
@@ -82,4 +85,6 @@ def build(results: Results, experiment: Experiment) -> ReportData:
         gradinit_missing=results.gradinit_missing, gradinit_depth=depth, gradinit_tables=gradinit_tables,
         confounds=confounds, confounds_table=pd.DataFrame(confounds_rows(confounds)),
         figure4_runs=pair, marks=marks, marks_note=note, answer=an.answer(experiment, agg.epochs, agg.split),
-        variant_contrasts=va.variant_contrasts(agg.epochs, experiment, agg.split))
+        variant_contrasts=va.variant_contrasts(agg.epochs, experiment, agg.split),
+        depth=dp.depth(agg.epochs, results.seeds, experiment, [(b.label, b.epoch) for b in study.budgets if b.epoch],
+                       agg.split, fit))

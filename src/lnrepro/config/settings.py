@@ -440,6 +440,12 @@ class Experiment(Section):
         """Epochs (= checkpoints) of every selected run; the load-time check makes them equal."""
         return self.runs[self.select[0]].train.epochs
 
+    @property
+    def depths(self) -> tuple[int, ...]:
+        """The selected runs' depths L (``model.encoder_layers``; the presets give the decoder as many), ascending:
+        the report's depth study (lnrepro.analysis.depth) and its figure exist for more than one."""
+        return tuple(sorted({self.runs[run].model.encoder_layers for run in self.select}))
+
     def seeds_of(self, run: str) -> tuple[int, ...]:
         """The seeds ``run`` trains: its grid's (all its grids', when several generate it), else its own
         (``run_seeds``), else ``seeds``."""
