@@ -271,17 +271,17 @@ SCALE_WMT = "WMT En-De/En-Fr, width 512-1024, 6-18 (Liu et al.) up to 100+ layer
 # cell (a difference of rates) or one half (the cell fails in most seeds / in few).
 DEPTH_CLAIMS: tuple[dict[str, Any], ...] = (
     {"id": "depth_postln_nowarmup", "claim": "Post-LN without warm-up fails more often at 18 layers than at 6",
-     "source": "Liu et al. 2020 (arXiv 2004.08249), Figure 1; Takase et al. 2023 (arXiv 2206.00330), Figure 1",
+     "source": "Liu et al. 2020 (arXiv 2004.08249), Table 1; Takase et al. 2023 (arXiv 2206.00330), Figure 1",
      "scale": SCALE_WMT, "cell": ("post", False, "deep"), "than": ("post", False, "shallow"), "side": 1},
     *({"id": f"depth_{norm}_warmup", "claim": f"{NORMS[norm].label} with warm-up does not fail at 18 layers "
        "(its failure rate is below one half)", "source": source, "scale": SCALE_WMT,
        "cell": (norm, True, "deep"), "than": 0.5, "side": -1}
-      for norm, source in (("pre", "Xiong et al. 2020; Liu et al. 2020, Table 1"),
+      for norm, source in (("pre", "Liu et al. 2020 (arXiv 2004.08249), Table 1 (18-layer Pre-LN)"),
                            ("deepnorm", "Wang et al. 2022 (arXiv 2203.00555), up to 1,000 layers"),
-                           ("admin", "Liu et al. 2020 (arXiv 2004.08249), 18 and 60 layers"))),
+                           ("admin", "Liu et al. 2020 (arXiv 2004.08249), Table 1 (18 layers) and 60-layer encoders"))),
     {"id": "depth_rezero_nowarmup", "claim": "ReZero trains without warm-up at 18 layers (its failure rate is "
      "below one half)", "source": "Bachlechner et al. 2020 (arXiv 2003.04887), 100+ layers without LayerNorm or "
-     "warm-up", "scale": "enwiki8 language modelling, 12-128 layers", "cell": ("rezero", False, "deep"),
+     "warm-up", "scale": "enwik8 language modelling, up to 128 layers", "cell": ("rezero", False, "deep"),
      "than": 0.5, "side": -1},
     *({"id": f"depth_prenofinal_vs_{base}", "claim": f"Pre-LN without its final LayerNorm against {NORMS[base].label}"
        ", without warm-up at 18 layers (failure rate difference)", "source": "no published number (issue 25)",
