@@ -29,7 +29,7 @@ The section exists only when the selected runs have more than one depth (``depth
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import pandas as pd
@@ -123,8 +123,7 @@ class Depth:
     confounds: pd.DataFrame  # CONFOUND_COLUMNS
     resolution: str = ""
     rule: str = ""
-    floor: float | None = None
-    notes: list[str] = field(default_factory=list)
+    floor: float | None = None  # eval.valid_bleu_floor
 
     @property
     def shown(self) -> bool:
