@@ -17,10 +17,10 @@ import torch
 
 from lnrepro.errors import LnReproError
 from lnrepro.evaluate.bleu import tokenized_bleu
-from lnrepro.evaluate.score import score_checkpoints
+from lnrepro.evaluate.score import score_checkpoints, skip_reason
 from lnrepro.io import atomic_torch_save, file_sha256, read_lines
 from lnrepro.paths import RunFolder
-from lnrepro.records import EpochManifest, RunStatus
+from lnrepro.records import CheckpointScores, EpochManifest, RunStatus, SplitScores
 
 torch.set_num_threads(1)
 
@@ -301,3 +301,30 @@ def test_manifests_and_score_files_must_pair(task, tmp_path):
     with pytest.raises(LnReproError, match="2 manifests and 1 score files"):
         score_checkpoints([task["trained"], task["untrained"]], task["eval_json"], task["bpe"], task["prepared"],
                           [tmp_path / "o.json"], threads=1)
+
+
+def test_a_checkpoint_below_the_valid_bleu_floor_is_not_decoded_on_test(task, tmp_path):
+    """eval.valid_bleu_floor: the untrained checkpoint's valid BLEU is below 50, so its test split is not decoded
+    (None, an empty .hyp, the reason with the floor in ``skipped``); the trained one's is above it and scored as
+    without a floor. Valid is always scored (the floor reads it)."""
+    path = tmp_path / "eval_floor.json"
+    path.write_text(json.dumps({**EVAL, "valid_bleu_floor": 50.0}))
+    records = score_checkpoints([task["untrained"], task["trained"]], path, task["bpe"], task["prepared"],
+                                [tmp_path / "eval" / "epoch001.json", tmp_path / "eval" / "epoch002.json"], 1)
+    low, high = (r.to_dict() for r in records)
+    assert low["splits"]["test"] is None and low["splits"]["valid"]["bleu_tok"] < 50
+    assert low["skipped"]["test"].startswith("skipped: valid BLEU") and "below the floor 50" in low["skipped"]["test"]
+    assert (tmp_path / "eval" / "epoch001.test.hyp").read_text() == ""
+    assert "skipped" not in high and high["splits"]["test"]["bleu_tok"] > 60
+    full, _ = _score(task, task["trained"])
+    assert high["splits"]["test"]["bleu_tok"] == pytest.approx(full["splits"]["test"]["bleu_tok"])
+    # read back: a skipped split is a record of its own kind, not an error
+    assert CheckpointScores.read(tmp_path / "eval" / "epoch001.json").skipped == low["skipped"]
+
+
+def test_skip_reason_reads_the_floor_and_the_valid_bleu():
+    valid = SplitScores(loss=1.0, nll=1.0, loss_base2=1.0, nll_base2=1.0, target_tokens=1, bleu_tok=0.4,
+                        bleu_tok_detail={}, sacrebleu=0.4, sacrebleu_signature="", sacrebleu_detail={}, sentences=1,
+                        decode_s=1.0, sent_per_s=1.0)
+    assert skip_reason(valid, None) is None and skip_reason(None, 1.0) is None and skip_reason(valid, 0.4) is None
+    assert skip_reason(valid, 1.0) == "skipped: valid BLEU 0.40 below the floor 1 (eval.valid_bleu_floor)"

@@ -182,10 +182,13 @@ class CheckpointScores(Record):
     inputs_sha256: sha256 of every file the scores were computed from, by name (the scoring slice; when ok
     also ``spm.model``, each split's ``{split}.de.ids``, ``{split}.en.ids``, references ``{split}.en`` and
     ``{split}.raw.en``; the weights are ``weights_sha256``); absent in a score file of an older lnrepro.
+    skipped: per split not decoded, why (its ``splits`` entry None: the checkpoint's valid BLEU below
+    ``eval.valid_bleu_floor``); absent when every split was scored.
     """
 
     STATUSES: ClassVar[tuple[RunStatus, ...]] = EpochManifest.STATUSES
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config", "inputs_sha256", "cpu_s", "job_checkpoints"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config", "inputs_sha256", "cpu_s", "job_checkpoints",
+                                                    "skipped"})
 
     epoch: int
     status: RunStatus
@@ -206,6 +209,7 @@ class CheckpointScores(Record):
     inputs_sha256: dict[str, str] | None = None
     cpu_s: float | None = None
     job_checkpoints: int | None = None
+    skipped: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

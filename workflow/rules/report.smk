@@ -1,10 +1,13 @@
 # The report: Figure 4 reproduced, the factorial comparisons with their confounds, stability, wall-clock.
 
-from lnrepro.analysis import FIGURES
+from lnrepro.analysis import DEPTH_FIGURES, FIGURES
 from lnrepro.paper import PUBLISHED
 
-# The figures make_report draws, each with a caption in workflow/report/<name>.rst.
+# The figures make_report draws, each with a caption in workflow/report/<name>.rst; the depth study's only for
+# runs of more than one depth.
 REPORT_FIGURES = [Path(f).stem for f in FIGURES.values()]
+if len(X.depths) > 1:
+    REPORT_FIGURES += [Path(f).stem for f in DEPTH_FIGURES.values()]
 
 
 rule make_report:

@@ -30,3 +30,6 @@ FIGURES = {
     "gradinit_depth": "gradinit_last_layer_vs_depth.png",
     "answer": "answer_time_and_decomposition.png",
 }
+# Drawn only for an experiment whose selected runs have more than one depth (lnrepro.analysis.depth; the Snakefile
+# declares them then).
+DEPTH_FIGURES = {"depth": "failure_rate_vs_depth.png"}

@@ -21,6 +21,7 @@ from . import aggregate as ag
 from . import answer as an
 from . import claims as cl
 from . import equivalence as eq
+from . import depth as dp
 from . import study as st
 from . import variants as va
 from .confounds import analyze_confounds, confounds_rows
@@ -48,6 +49,7 @@ class ReportData:
     answer: an.Answer  # the Answer section's tables (answer.answer)
     equivalence: pd.DataFrame  # equivalence.equivalence: Figure 4's arms at the last epoch, within a margin
     variant_contrasts: pd.DataFrame  # variants.variant_contrasts: the other variants against Post-LN and Pre-LN
+    depth: dp.Depth  # the depth study's tables (none with one depth)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         """The one list of the report's CSV files: name -> table (report/tables/{name}.csv)."""
@@ -66,6 +68,7 @@ class ReportData:
             **self.answer.tables(),
             "equivalence": self.equivalence,
             "variant_contrasts": self.variant_contrasts,
+            **self.depth.tables(),
         }
 
 
@@ -87,4 +90,6 @@ def build(results: Results, experiment: Experiment) -> ReportData:
         confounds=confounds, confounds_table=pd.DataFrame(confounds_rows(confounds)),
         figure4_runs=pair, marks=marks, marks_note=note, answer=an.answer(experiment, agg.epochs, agg.split),
         equivalence=eq.equivalence(experiment, agg.epochs, study.seed_fates, agg.split),
-        variant_contrasts=va.variant_contrasts(agg.epochs, experiment, agg.split))
+        variant_contrasts=va.variant_contrasts(agg.epochs, experiment, agg.split),
+        depth=dp.depth(agg.epochs, results.seeds, experiment, [(b.label, b.epoch) for b in study.budgets if b.epoch],
+                       agg.split, fit))

@@ -26,7 +26,7 @@ from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLoc
 from ..config.settings import Experiment  # noqa: E402
 from ..io import atomic_write_bytes  # noqa: E402
 from ..norms import NORMS  # noqa: E402
-from . import FIGURES  # noqa: E402
+from . import DEPTH_FIGURES, FIGURES  # noqa: E402
 from .budget import DIVERGED, OK  # noqa: E402
 from .claims import PaperMark, norm_label  # noqa: E402
 from .effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
@@ -550,6 +550,43 @@ def plot_gradinit_depth(gradinit: pd.DataFrame, fit: pd.DataFrame | None, out: P
     return _save(fig, out)
 
 
+def plot_depth_rates(rates: pd.DataFrame, budget: str, out: Path) -> Path:
+    """The depth study's rates against depth at ``budget``: failure (top) and divergence (bottom), with warm-up
+    (left) and without (right), a line per variant (its gradinit colour and line style) with Wilson 95% intervals
+    over seeds, the variants dodged apart at each depth."""
+    at = rates[rates["budget"] == budget]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True, sharey=True, layout="constrained")
+    norms = [n for n in NORMS if n in set(at["variant"])]
+    depths = sorted(at["depth"].unique().tolist())
+    dodge = 0.02 * (depths[-1] - depths[0] if len(depths) > 1 else 1)  # between variants, in layers
+    for col, warmup in enumerate((True, False)):
+        for row, what in enumerate(("failure", "divergence")):
+            ax = axes[row][col]
+            for k, norm in enumerate(norms):
+                g = at[(at["variant"] == norm) & (at["warmup"] == warmup)].sort_values("depth")
+                if g.empty:
+                    continue
+                x = g["depth"].to_numpy(dtype=float) + (k - (len(norms) - 1) / 2) * dodge
+                y = g[f"{what}_rate"].to_numpy(dtype=float)
+                err = np.nan_to_num(np.array([y - g[f"{what}_low"], g[f"{what}_high"] - y], dtype=float))
+                ax.errorbar(x, y, yerr=err, capsize=3, marker="o", markersize=4, label=NORMS[norm].label,
+                            **norm_style(norm))
+            ax.xaxis.set_major_locator(FixedLocator(depths))
+            ax.set_ylim(-0.05, 1.05)
+            ax.grid(alpha=0.3)
+            ax.set_title(f"{what} rate, {'with' if warmup else 'without'} warm-up", fontsize=9)
+            if col == 0:
+                ax.set_ylabel(f"{what} rate (Wilson 95%)")
+            if row == 1:
+                ax.set_xlabel("layers L (encoder = decoder)")
+    if at.empty:
+        _empty(axes[0][0], "no run of more than one depth")
+    else:
+        _figure_legend(fig, axes, ncol=len(norms))
+    fig.suptitle(f"share of seeds failed and diverged at {budget}, per variant and depth", fontsize=9)
+    return _save(fig, out)
+
+
 def make_figures(data: ReportData, fig_dir: Path) -> dict[str, Path]:
     """Draw every figure the report links from the builder's tables; returns key -> path (keys of FIGURES)."""
     fig_dir, experiment, agg, s = Path(fig_dir), data.experiment, data.agg, data.study
@@ -575,6 +612,8 @@ def make_figures(data: ReportData, fig_dir: Path) -> dict[str, Path]:
     if gi is not None and len(init_rows(gi)):
         out["gradinit"] = plot_gradinit(gi, fig_dir / FIGURES["gradinit"], data.gradinit_depth)
         out["gradinit_depth"] = plot_gradinit_depth(gi, data.gradinit_fit, fig_dir / FIGURES["gradinit_depth"])
+    if data.depth.shown:
+        out["depth"] = plot_depth_rates(data.depth.rates, s.last, fig_dir / DEPTH_FIGURES["depth"])
     return out
 
 

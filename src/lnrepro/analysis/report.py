@@ -11,7 +11,8 @@ as "diverged".
 ``SECTIONS`` lists the page's sections in order (the table of contents comes from it too): each is an anchor, a
 heading and a function of the page that gives its template (``templates/sections/{anchor}.html.j2``) the
 variables it shows besides ``data`` (the builder's ``ReportData``, which every template reads) and ``table``
-(``{{ table(df, "id") }}`` renders one).
+(``{{ table(df, "id") }}`` renders one), or None where the experiment lacks that part of the design (the depth
+study with one depth): then the page has no such section.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from . import tuned as tu
 from . import views as vw
 from .build import ReportData, build
 from .claims import STATUSES, fmt
+from .depth import OPEN
 from .confounds import flatten, write_confounds
 from .deviations import config_deviations, recipe_notes, unstated_rows
 from .effects import LEVEL_WORDS
@@ -197,6 +199,22 @@ def _variants(page: Page) -> dict[str, Any]:
             "missing": ", ".join(r for r in others if r not in set(v["variant_run"])), "rows": vw.variant_view(last)}
 
 
+def _depth(page: Page) -> dict[str, Any] | None:
+    """The depth study's variables; None (no section) when the selected runs have one depth."""
+    d, last = page.data.depth, page.data.study.last
+    if not d.shown:
+        return None
+    skipped = d.test[d.test["test"].str.startswith("skipped")]
+    return {"depths": ", ".join(map(str, d.depths)), "last": last, "rule": d.rule, "resolution": d.resolution,
+            "rates": vw.depth_rates_view(d.rates, last),
+            "rates_figure": page.figure("depth", "failure and divergence rates against depth"),
+            "quality": d.quality, "time": d.time_to_quality,
+            "fractions": ", ".join(f"{f:.0%}" for f in page.experiment.analysis.report.quality_fractions),
+            "floor": "none (eval.valid_bleu_floor: null)" if d.floor is None else f"{d.floor:g}",
+            "test": d.test, "n_skipped": len(skipped), "claims": vw.claims_view(d.claims),
+            "statuses": ", ".join(STATUSES), "open": OPEN, "confounds": d.confounds}
+
+
 def _claims(page: Page) -> dict[str, Any]:
     return {"statuses": ", ".join(STATUSES), "claims": vw.claims_view(page.data.study.claims)}
 
@@ -284,7 +302,7 @@ def _files(page: Page) -> dict[str, Any]:
 
 # (anchor, heading, the section's variables): the page's order and its table of contents; the section's
 # template is templates/sections/{anchor}.html.j2.
-SECTIONS: tuple[tuple[str, str, Callable[[Page], dict[str, Any]]], ...] = (
+SECTIONS: tuple[tuple[str, str, Callable[[Page], dict[str, Any] | None]], ...] = (
     ("answer", "Answer", _answer),
     ("findings", "Findings", _findings),
     ("run", "What was run", _what_was_run),
@@ -292,6 +310,7 @@ SECTIONS: tuple[tuple[str, str, Callable[[Page], dict[str, Any]]], ...] = (
     ("effects", "Effects at fixed budgets and at every epoch", _effects),
     ("tuned", "Tuned baselines", _tuned),
     ("variants", "Variants beyond the paper's two", _variants),
+    ("depth", "Depth: which variants train deep", _depth),
     ("claims", "Claims", _claims),
     ("confounds", "Confounds", _confounds),
     ("stability", "Stability", _stability),
@@ -319,9 +338,11 @@ def _environment() -> jinja2.Environment:
 def render(page: Page) -> str:
     """index.html's text."""
     env = _environment()
+    shown = [(anchor, heading, values) for anchor, heading, variables in SECTIONS
+             if (values := variables(page)) is not None]  # None: a part of the design the experiment lacks
     sections = [{"anchor": anchor, "heading": heading, "lead": anchor in LEAD, "body": Markup(
-                    env.get_template(f"sections/{anchor}.html.j2").render(data=page.data, **variables(page)))}
-                for anchor, heading, variables in SECTIONS]
+                    env.get_template(f"sections/{anchor}.html.j2").render(data=page.data, **values))}
+                for anchor, heading, values in shown]
     return env.get_template("index.html.j2").render(
         name=page.experiment.name, sections=sections,
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))

@@ -143,7 +143,8 @@ def build(experiment: Experiment, agg: ag.Aggregate, gradinit: pd.DataFrame | No
                                    [loss, bleu, *test_metrics], best.get(name))
                for name, g in experiment.grids.items()},
         grid_last=grid_last, best=best,
-        brackets=tu.bracket_table(experiment, best, f"the lowest seed-mean {loss} at each grid's last common epoch"),
+        brackets=tu.bracket_table(experiment, best, f"the lowest seed-mean {loss} at "
+                                  + (", ".join(dict.fromkeys(grid_last.values())) or last)),
         tuned=pd.concat(tuned, ignore_index=True) if tuned else tu.tuned_table(other, [], best, last, test_metrics),
         tuned_comparisons=tu.tuned_comparisons(experiment, pairs, best), claims=claims,
     )

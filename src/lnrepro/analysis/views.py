@@ -239,3 +239,16 @@ def variant_view(v: pd.DataFrame) -> pd.DataFrame:
                                                     for d, lo, hi in zip(v["difference"], v["ci_low"], v["ci_high"])],
                         "seeds": v["seeds"], "differences": v["differences"]})
     return out.reset_index(drop=True)
+
+
+def depth_rates_view(rates: pd.DataFrame, budget: str) -> pd.DataFrame:
+    """depth_rates.csv at one budget, as the Depth section shows it: each rate with its Wilson interval and its
+    count in one cell, variant x depth x warm-up."""
+    at = rates[rates["budget"] == budget]
+    return pd.DataFrame({
+        "variant": at["label"], "layers": at["depth"], "warm-up": at["warmup"].map({True: "yes", False: "no"}),
+        "failure [Wilson 95%]": [f"{interval_cell(r.failure_rate, r.failure_low, r.failure_high)} ({r.n_failed}/"
+                                 f"{r.n_with_fate})" for r in at.itertuples()],
+        "divergence [Wilson 95%]": [f"{interval_cell(r.divergence_rate, r.divergence_low, r.divergence_high)} "
+                                    f"({r.n_diverged}/{r.n_with_fate})" for r in at.itertuples()],
+        "best run at this depth": at["best_run_at_depth"], "run": at["run"]}).reset_index(drop=True)

@@ -42,6 +42,7 @@ from .settings import (
     ModelSettings,
     Resources,
     RunSettings,
+    VALID,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -335,7 +336,8 @@ def eval_settings(config: dict) -> EvalSettings:
         every, listed = _split_epochs(split["epochs"])
         if every or split["epochs"]:
             splits[name] = {**{k: v for k, v in split.items() if k != "epochs"}, "every": every, "listed": listed}
-    settings = EvalSettings.from_dict({"splits": splits, "max_tokens": spec["max_tokens"],
+    floor = spec.get("valid_bleu_floor")
+    settings = EvalSettings.from_dict({"splits": splits, "max_tokens": spec["max_tokens"], "valid_bleu_floor": floor,
                                        "label_smoothing": config["defaults"]["optim"]["label_smoothing"]},
                                       "defaults.eval")
     for last, runs in sorted(lengths.items()):
@@ -347,7 +349,19 @@ def eval_settings(config: dict) -> EvalSettings:
         if unscored:
             raise LnReproError(f"config: {where}: no split is scored at epoch(s) {unscored}{of}: every checkpoint "
                                "has one scoring job, which scores at least one split (e.g. valid: {epochs: all})")
+        if floor is not None:
+            _check_floor(settings.scored(last), f"{where.rsplit('.', 1)[0]}.valid_bleu_floor", of)
     return settings
+
+
+def _check_floor(scored: dict[str, tuple[int, ...]], key: str, of: str = "") -> None:
+    """The floor reads the checkpoint's own valid BLEU, from the same scoring job: valid must be scored wherever
+    another split is (``scored``: each split's epochs in a run of one length; ``of`` names such a run)."""
+    valid = set(scored.get(VALID, ()))
+    unread = sorted({e for name, eps in scored.items() if name != VALID for e in eps} - valid)
+    if unread:
+        raise LnReproError(f"config: {key}: the floor reads the checkpoint's valid BLEU, but valid is not scored at "
+                           f"epoch(s) {unread}{of}, where another split is (score valid there, or set the floor null)")
 
 
 def experiment(config: dict) -> Experiment:

@@ -35,6 +35,7 @@ DECAY_SETTINGS: dict[str, frozenset[str]] = {
     "constant": frozenset(),
 }
 _SWITCHED = WARMUP_SETTINGS.union(*DECAY_SETTINGS.values())
+VALID = "valid"  # the split eval.valid_bleu_floor reads
 
 
 def _dotted(where: str, key: str) -> str:
@@ -231,6 +232,8 @@ class ScoreSettings(Section):
     splits: dict[str, SplitDecoding]
     max_tokens: int
     label_smoothing: float  # the validation loss is the training criterion (optim.label_smoothing)
+    # eval.valid_bleu_floor, in a slice that scores valid beside another split (else None: nothing to skip)
+    valid_bleu_floor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,8 @@ class EvalSettings(Section):
     splits: dict[str, SplitEval]
     max_tokens: int
     label_smoothing: float
+    # the other splits of a checkpoint whose valid BLEU is below this are not decoded (None: always decoded)
+    valid_bleu_floor: float | None = None
 
     def scored(self, last: int) -> dict[str, tuple[int, ...]]:
         """Each scored split -> its epochs in a run whose last epoch is ``last``, in config order."""
@@ -263,9 +268,11 @@ class EvalSettings(Section):
         return {splits: tuple(eps) for splits, eps in out.items() if eps}
 
     def scoring(self, splits: tuple[str, ...]) -> ScoreSettings:
-        """The slice of the jobs that score ``splits``."""
+        """The slice of the jobs that score ``splits``; the floor only where valid is scored beside another split
+        (so that changing it rescores no valid-only checkpoint)."""
+        floor = self.valid_bleu_floor if VALID in splits and len(splits) > 1 else None
         return ScoreSettings({name: self.splits[name].decoding() for name in splits}, self.max_tokens,
-                             self.label_smoothing)
+                             self.label_smoothing, floor)
 
 
 @dataclass(frozen=True)
@@ -488,6 +495,12 @@ class Experiment(Section):
         """The epochs at which every one of ``runs`` scores ``split``: those a comparison of them observes."""
         sets = [set(self.scored(run, split)) for run in runs]
         return tuple(sorted(set.intersection(*sets))) if sets else ()
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        """The selected runs' depths L (``model.encoder_layers``; the presets give the decoder as many), ascending:
+        the report's depth study (lnrepro.analysis.depth) and its figure exist for more than one."""
+        return tuple(sorted({self.runs[run].model.encoder_layers for run in self.select}))
 
     def seeds_of(self, run: str) -> tuple[int, ...]:
         """The seeds ``run`` trains: its grid's (all its grids', when several generate it), else its own

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..config.settings import ScoreSettings, SplitDecoding
+from ..config.settings import VALID, ScoreSettings, SplitDecoding
 from ..errors import LnReproError
 from ..io import (atomic_write_lines, cpu_name, file_sha256, process_cpu_s, process_wall_s, read_json, read_lines,
                   where_ran)
@@ -41,7 +42,7 @@ from ..vocab import PAD
 from .bleu import detok_sacrebleu, ids_to_text, load_spm, tokenized_bleu
 from .search import DecodeOptions, length_batches, translate
 
-__all__ = ["ScoringData", "Scores", "SplitData", "decode_options", "read_scoring_data", "score", "score_checkpoints",
+__all__ = ["ScoringData", "Scores", "SplitData", "decode_options", "read_scoring_data", "score", "score_checkpoints", "skip_reason",
            "validation_loss"]
 
 LN2 = math.log(2.0)
@@ -106,10 +107,21 @@ class ScoringData:
 
 @dataclass(frozen=True)
 class Scores:
-    """The core's result: per split its scores and its hypotheses (text, one per source sentence)."""
+    """The core's result: per split its scores and its hypotheses (text, one per source sentence); a split not
+    decoded (``skip_reason``) has None and no hypotheses, and its reason in ``skipped``."""
 
-    splits: dict[str, SplitScores]
+    splits: dict[str, SplitScores | None]
     hypotheses: dict[str, list[str]]
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def skip_reason(valid: SplitScores | None, floor: float | None) -> str | None:
+    """Why the checkpoint's other splits are not decoded: its valid BLEU (tokenized) below ``floor``
+    (``eval.valid_bleu_floor``; a model that has not learned to stop decodes every sentence to the length limit,
+    minutes of beam search for no information), else None (also without a floor or a valid score)."""
+    if floor is None or valid is None or valid.bleu_tok >= floor:
+        return None
+    return f"skipped: valid BLEU {valid.bleu_tok:.2f} below the floor {floor:g} (eval.valid_bleu_floor)"
 
 
 def split_files(bpe_dir: Path, prepared_dir: Path, split: str) -> tuple[Path, Path, Path, Path]:
@@ -164,9 +176,17 @@ def score(model: torch.nn.Module, settings: ScoreSettings, data: ScoringData, la
     """Score ``model`` on every split of ``settings`` with that split's decoding: the validation loss, the
     search (timed alone), tokenized BLEU and sacreBLEU. ``label`` prefixes the progress bars."""
     device = next(model.parameters()).device
-    per_split: dict[str, SplitScores] = {}
+    per_split: dict[str, SplitScores | None] = {}
     hypotheses: dict[str, list[str]] = {}
-    for split, decoding in settings.splits.items():
+    skipped: dict[str, str] = {}
+    order = sorted(settings.splits, key=lambda s: s != VALID)  # valid first: the floor reads it
+    for split in order:
+        decoding = settings.splits[split]
+        reason = None if split == VALID else skip_reason(per_split.get(VALID), settings.valid_bleu_floor)
+        if reason is not None:
+            print(f"{label} {split}: {reason}".strip(), file=sys.stderr)
+            per_split[split], hypotheses[split], skipped[split] = None, [], reason
+            continue
         opts, d = decode_options(decoding, settings.max_tokens), data.splits[split]
         losses = validation_loss(model, d.src, d.tgt, settings.label_smoothing, opts.max_tokens, opts.precision)
         if device.type == "cuda":
@@ -186,7 +206,7 @@ def score(model: torch.nn.Module, settings: ScoreSettings, data: ScoringData, la
             target_tokens=losses["tokens"], bleu_tok=tok.score, bleu_tok_detail=tok.as_dict(),
             sacrebleu=sac.score, sacrebleu_signature=sac.signature, sacrebleu_detail=sac.as_dict(),
             sentences=len(d.src), decode_s=decode_s, sent_per_s=len(d.src) / decode_s if decode_s > 0 else None)
-    return Scores(per_split, hypotheses)
+    return Scores({split: per_split[split] for split in settings.splits}, hypotheses, skipped)
 
 
 def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, prepared_dir: Path,
@@ -251,7 +271,8 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
             for split, hyps in scores.hypotheses.items():
                 atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), hyps)
             record = CheckpointScores(**common, model_config=dataclasses.asdict(model.cfg), splits=scores.splits,
-                                      inputs_sha256={**inputs, **read_sha256}, **cost())
+                                      inputs_sha256={**inputs, **read_sha256}, skipped=scores.skipped or None,
+                                      **cost())
         record.write(out_json)
         records.append(record)
     return records
