@@ -404,6 +404,17 @@ def test_a_run_two_grids_generate_is_one_run_with_their_seeds(paper: dict) -> No
     assert x.seeds_of(shared) == (1, 2) and x.seeds_of(TUNE_POSTLN.format(lr="5.0e-4", w=8000)) == (1,)
 
 
+def test_a_run_an_unselected_grid_shares_trains_the_selected_grids_seeds_only(paper: dict) -> None:
+    """warmup_study (not selected) generates one of tune_postln's runs: its seeds must not reach that run."""
+    c = with_layer(paper, {"select": ["tune_postln"], "grids": {"tune_postln": {"seeds": [6]}}})
+    x = cfg.experiment(c)
+    shared = TUNE_POSTLN.format(lr="5.0e-4", w=4000)  # warmup_study has it too
+    assert shared in x.select and x.seeds_of(shared) == (6,)
+    assert set(x.grids) == {"tune_postln"}
+    named = cfg.experiment(with_layer(c, {"select": ["tune_postln", shared]}))  # naming the run: every grid's
+    assert named.seeds_of(shared) == (6, 1, 2, 3)
+
+
 def test_the_demo_selects_the_cells_and_two_trials_per_arm() -> None:
     x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"]))
     assert x.select[:8] == tuple(cfg.load_config([REPO / "config.yaml"])["select"]) and x.epochs >= 3

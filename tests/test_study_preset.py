@@ -25,3 +25,26 @@ def test_study_preset_fixes_the_design() -> None:
     assert "mirror" not in (REPO / "presets" / "study-cpu.yaml").read_text().split("name: study-cpu", 1)[1]
     for key in ("model", "bpe.vocab_size", "epochs", "warmup_updates", "decay_epochs", "grids"):
         assert key in c["scaling"], key
+
+
+def test_endpoint_preset_is_issue_24s_design() -> None:
+    """presets/endpoint-cpu.yaml: Figure 4's pair trained longer than the grids, grids of three lr_max values with
+    the factorial's inside, the paper's lr_max for Post-LN with and without warm-up, each judged as the issue asks."""
+    x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "endpoint-cpu.yaml"]))
+    study = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "study-cpu.yaml"]))
+    pair = list(x.comparisons["figure4"].runs)
+    assert all(x.last_of(r) > study.epochs for r in pair) and len(x.seeds_of(pair[0])) >= 4
+    post, pre = (x.runs[r] for r in pair)
+    assert post.schedule.warmup_updates == study.runs["postln_warmup_isqrt"].schedule.warmup_updates
+    # the step decay at the same fraction of the training as in the factorial
+    frac = (study.runs["preln_nowarmup_step8"].schedule.decay_epochs[0] - 1) / study.epochs
+    assert (pre.schedule.decay_epochs[0] - 1) / x.last_of(pair[1]) == frac
+    for name in ("tune_postln", "tune_preln"):
+        lrs = x.grids[name].values["optim.lr_max"]
+        assert len(lrs) >= 3 and min(lrs) < study.runs["postln_warmup_isqrt"].optim.lr_max < max(lrs)
+        assert set(x.grids[name].seeds).isdisjoint(x.seeds_of(pair[0]))
+        assert all(x.last_of(r) == study.epochs for r in x.grids[name].runs)
+    paper = ("postln_nowarmup_isqrt__lr_max=5.0e-4", "postln_warmup_isqrt__lr_max=5.0e-4")
+    assert all(r in x.select and len(x.seeds_of(r)) == 3 for r in paper)
+    assert dict(x.analysis.report.failure_reference) == {paper[0]: paper[1]}
+    assert len(x.select) == 2 + 3 + 3 + 2

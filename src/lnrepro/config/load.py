@@ -386,11 +386,14 @@ def experiment(config: dict) -> Experiment:
 
 
 def _grid_settings(config: dict, select: tuple[str, ...]) -> dict[str, GridSettings]:
-    """The grids with a selected run, each with its seeds (the experiment's by default) and its selected runs."""
+    """The grids with a selected run, each with its seeds (the experiment's by default) and its selected runs. A
+    run counts for a grid when ``select`` names the grid or the run itself: a run that an unselected grid shares
+    with a selected one (warmup_study's and tune_postln's) trains the selected grid's seeds only."""
     out = {}
+    named = set(config.get("select", ()))
     for grid, runs in grid_runs(config).items():
         spec = config["grids"][grid]
-        selected = [run for run in runs if run in select]
+        selected = [run for run in runs if run in select and (grid in named or run in named)]
         if selected:
             out[grid] = GridSettings.from_dict({**spec, "seeds": spec.get("seeds", config["seeds"]), "runs": selected},
                                                f"grids.{grid}")
