@@ -284,10 +284,10 @@ def effects_by_epoch(all_fits: Mapping[tuple[str, int], Fit]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=BY_EPOCH_COLUMNS)
 
 
-def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float, float]:
-    """mean(b) - mean(a) with its 95% Welch interval and Welch-Satterthwaite degrees of freedom (NaN without
-    two values on each side)."""
-    from .budget import t_quantile
+def welch(a: Sequence[float], b: Sequence[float], level: float | None = None) -> tuple[float, float, float, float]:
+    """mean(b) - mean(a) with its Welch interval (95%, or ``level``) and Welch-Satterthwaite degrees of freedom
+    (NaN without two values on each side)."""
+    from .budget import LEVEL, t_quantile
 
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(x) == 0 or len(y) == 0:
@@ -298,7 +298,7 @@ def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float, 
     va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
     var = va + vb
     df = var ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1)) if var > 0 else math.inf
-    half = t_quantile(df) * math.sqrt(var) if var > 0 else 0.0
+    half = t_quantile(df, level or LEVEL) * math.sqrt(var) if var > 0 else 0.0
     return diff, diff - half, diff + half, float(df)
 
 

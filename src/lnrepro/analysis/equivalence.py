@@ -30,6 +30,7 @@ from ..config.settings import Experiment
 from .answer import Pair, figure4_pair, seed_values
 from .budget import DID_NOT_TRAIN, FAILED, LEVEL, epoch_label, t_quantile
 from .claims import fmt, norm_label
+from .effects import welch
 
 ALPHA = 0.05  # the two one-sided tests' level: equivalent when both reject at 5% (the 90% interval within the margin)
 EQUIVALENT, DIFFERENT, UNDETERMINED, NOT_TESTED = ("equivalent", "different", "undetermined with these seeds",
@@ -81,7 +82,7 @@ def compare_arms(a: Sequence[float], b: Sequence[float], margin: float) -> dict[
     """b minus a: the difference of the seed means, its 90% and 95% Welch intervals, Welch's degrees of freedom,
     the two one-sided tests' p-value against +-``margin`` and the verdict (fewer than two seeds on a side: no
     interval, undetermined)."""
-    from statsmodels.stats.weightstats import CompareMeans, DescrStatsW, ttost_ind
+    from statsmodels.stats.weightstats import ttost_ind
 
     diff = sum(b) / len(b) - sum(a) / len(a)
     out: dict[str, Any] = {"difference": diff, "ci90_low": math.nan, "ci90_high": math.nan, "ci95_low": math.nan,
@@ -91,13 +92,12 @@ def compare_arms(a: Sequence[float], b: Sequence[float], margin: float) -> dict[
         return {**out, "note": "fewer than two seeds in an arm: no interval"}
     if not pooled_sd(a, b) > 0:
         return {**out, "note": "the seeds do not spread at all: no interval"}
-    compare = CompareMeans(DescrStatsW(list(b)), DescrStatsW(list(a)))
-    lo90, hi90 = (float(x) for x in compare.tconfint_diff(alpha=2 * ALPHA, usevar="unequal"))
-    lo95, hi95 = (float(x) for x in compare.tconfint_diff(alpha=1 - LEVEL, usevar="unequal"))
+    _, lo90, hi90, df = welch(a, b, 1 - 2 * ALPHA)
+    _, lo95, hi95, _ = welch(a, b, LEVEL)
     # ttost_ind(x1, x2, low, upp) tests low < mean(x1) - mean(x2) < upp: x1 is arm b
     p = float(ttost_ind(list(b), list(a), -margin, margin, usevar="unequal")[0])
     return {**out, "ci90_low": lo90, "ci90_high": hi90, "ci95_low": lo95, "ci95_high": hi95,
-            "df": float(compare.dof_satt()), "tost_p": p, "verdict": verdict((lo90, hi90), (lo95, hi95), p, margin)}
+            "df": df, "tost_p": p, "verdict": verdict((lo90, hi90), (lo95, hi95), p, margin)}
 
 
 def _arm_problem(fates: pd.DataFrame, run: str, values: Sequence[float], epoch: int) -> str:
