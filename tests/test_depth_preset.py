@@ -74,8 +74,10 @@ def test_the_floor_is_in_the_slice_that_scores_test_beside_valid(loaded: dict) -
 
 
 def test_a_floor_needs_valid_wherever_another_split_is_scored(loaded: dict) -> None:
-    c = cfg.deep_merge(loaded, {"defaults": {"eval": {"splits": {"valid": {"epochs": [1, "last"]}, "test": {"epochs": "all"}}}}})
-    with pytest.raises(LnReproError, match=r"defaults\.eval\.valid_bleu_floor: .*valid is not scored at epoch\(s\) \[2\]"):
+    c = cfg.deep_merge(loaded, {"defaults": {"eval": {"splits": {"valid": {"epochs": [1, "last"]},
+                                                                  "test": {"epochs": "all"}}}}})
+    unread = r"defaults\.eval\.valid_bleu_floor: .*valid is not scored at epoch\(s\) \[2\]"
+    with pytest.raises(LnReproError, match=unread):
         cfg.validate_config(c)
     cfg.validate_config(cfg.deep_merge(c, {"defaults": {"eval": {"valid_bleu_floor": None}}}))
     with pytest.raises(LnReproError, match="valid_bleu_floor"):

@@ -369,6 +369,5 @@ def length_rule(lengths: Sequence[int]) -> str:
 
 
 __all__ = ["Budget", "budgets", "epoch_label", "length_rule", "scored_budgets", "observations", "cell_table",
-           "failure_table", "budget_table", "mean_interval", "best_bleu", "epoch_at", "three_quarters", "metric_columns",
-           "seed_fates", "failure_rule", "NO_REFERENCE",
-           "interval_rule", "is_bleu", "t_quantile"]
+           "failure_table", "budget_table", "mean_interval", "best_bleu", "epoch_at", "three_quarters",
+           "metric_columns", "seed_fates", "failure_rule", "NO_REFERENCE", "interval_rule", "is_bleu", "t_quantile"]

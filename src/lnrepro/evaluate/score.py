@@ -42,8 +42,8 @@ from ..vocab import PAD
 from .bleu import detok_sacrebleu, ids_to_text, load_spm, tokenized_bleu
 from .search import DecodeOptions, length_batches, translate
 
-__all__ = ["ScoringData", "Scores", "SplitData", "decode_options", "read_scoring_data", "score", "score_checkpoints", "skip_reason",
-           "validation_loss"]
+__all__ = ["ScoringData", "Scores", "SplitData", "decode_options", "read_scoring_data", "score", "score_checkpoints",
+           "skip_reason", "validation_loss"]
 
 LN2 = math.log(2.0)
 _LINE_BREAKS = {ord(c): " " for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
