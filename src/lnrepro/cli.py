@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .argtypes import count, sha256_hex, size
 from .errors import LnReproError
-from .paths import DOWNLOADS
+from .paths import DOWNLOADS, PUBLISHED_REPORTS
 
 
 def _download(a: argparse.Namespace) -> None:
@@ -90,8 +90,9 @@ def _report(a: argparse.Namespace) -> None:
 def _readme_results(a: argparse.Namespace) -> None:
     from .analysis.readme_results import update_readme
 
-    fresh = update_readme(a.readme, a.report, str(a.report), check=a.check)
-    print(f"{a.readme}: results section {'up to date' if fresh else 'rewritten'} from {a.report}")
+    report = a.report or Path(PUBLISHED_REPORTS[a.part])
+    fresh = update_readme(a.readme, report, str(report), check=a.check, part=a.part)
+    print(f"{a.readme}: results part {a.part} {'up to date' if fresh else 'rewritten'} from {report}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,7 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_report)
 
     rr = sub.add_parser("readme-results", help="write README.md's Results section from a published report's tables")
-    rr.add_argument("--report", type=Path, required=True, help="the report folder, as the README names it")
+    rr.add_argument("--part", choices=list(PUBLISHED_REPORTS), default="study",
+                    help="the part of the Results section to write (default: study)")
+    rr.add_argument("--report", type=Path,
+                    help="the report folder, as the README names it (default: the part's published folder)")
     rr.add_argument("--readme", type=Path, default=Path("README.md"))
     rr.add_argument("--check", action="store_true", help="only compare: fail when the README differs")
     rr.set_defaults(func=_readme_results)

@@ -20,6 +20,10 @@ SPLITS: tuple[str, ...] = ("train", "valid", "test")
 DOWNLOADS = "results/downloads"  # shared by every experiment: a download is checksum-verified once
 EXPERIMENT_JSON = "experiment.json"  # the report's slice, in results/{exp}/, beside runs/
 ANSWER_MD = "answer.md"  # the report's Answer sentences, in results/{exp}/report/ (the README quotes them)
+# The published reports (folders no rule writes), by the README's Results part that quotes each
+# (lnrepro.analysis.readme_results.PARTS).
+PUBLISHED_REPORTS = {"study": "published/study-cpu", "endpoint": "published/endpoint-cpu",
+                     "depth": "published/depth-cpu"}
 
 
 def _epoch(ep: int | str) -> str:
