@@ -10,7 +10,6 @@ import pytest
 
 from conftest import REPO, snakemake
 from lnrepro import config as cfg
-from lnrepro.analysis.depth import depths
 from lnrepro.errors import LnReproError
 from lnrepro.norms import NORMS
 
@@ -30,7 +29,7 @@ def test_the_preset_is_the_issues_design(loaded: dict) -> None:
     assert set(SHORT) == set(NORMS)
     expected = {f"{SHORT[n]}_{w}_isqrt_L{d}" for n in NORMS for w in ("warmup", "nowarmup") for d in (6, 18)}
     assert set(x.select) == expected and len(x.select) == 24
-    assert depths(x) == [6, 18] and all(len(x.seeds_of(r)) == 3 for r in x.select)
+    assert x.depths == (6, 18) and all(len(x.seeds_of(r)) == 3 for r in x.select)
     for run in x.select:
         s = x.runs[run]
         depth = int(run.rsplit("_L", 1)[1])

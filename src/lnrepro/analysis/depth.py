@@ -23,7 +23,7 @@ the claims table's status rules (``claims.status``); a question without a publis
 final LayerNorm: like Pre-LN or like Post-LN?) is measured and marked ``OPEN``. The confounds table lists what
 each variant changes beside the norm position (``lnrepro.norms.NormVariant.differences``).
 
-The section exists only when the selected runs have more than one depth (``depths``).
+The section exists only when the selected runs have more than one depth (``Experiment.depths``).
 """
 
 from __future__ import annotations
@@ -59,11 +59,6 @@ def depth_of(experiment: Experiment, run: str) -> int:
     """A run's depth L: its encoder layers (the presets give the decoder as many; ``decoder_layers`` stays in
     the run facts)."""
     return experiment.runs[run].model.encoder_layers
-
-
-def depths(experiment: Experiment) -> list[int]:
-    """The selected runs' depths, ascending (``Experiment.depths``): the section exists for two or more."""
-    return list(experiment.depths)
 
 
 def wilson(k: int, n: int, level: float = LEVEL) -> tuple[float, float, float]:
@@ -149,7 +144,7 @@ def seed_fates_by_depth(epochs: pd.DataFrame, experiment: Experiment, at: Sequen
                         settings: ReportSettings) -> pd.DataFrame:
     """``budget.seed_fates`` run among the runs of each depth: the best run is the best at the seed's own depth."""
     parts = []
-    for depth in depths(experiment):
+    for depth in experiment.depths:
         runs = [r for r in experiment.select if depth_of(experiment, r) == depth]
         parts.append(bu.seed_fates(epochs, runs, at, split, settings).assign(depth=depth))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*bu.FATE_COLUMNS, "depth"])
@@ -204,7 +199,7 @@ def time_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experiment
     trained = _trained(fates, budget).merge(epochs, on=["run", "seed"])
     trained = trained[(trained["status"] == bu.OK) & trained[metric].notna()]
     rows = []
-    for depth in depths(experiment):
+    for depth in experiment.depths:
         runs = [r for r in experiment.select if depth_of(experiment, r) == depth]
         final = trained[trained["run"].isin(runs) & (trained["epoch"] == epoch)].groupby("run")[metric].mean()
         if final.empty:
@@ -353,7 +348,7 @@ def _exponent_rows(fit: pd.DataFrame | None) -> list[dict[str, Any]]:
 def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experiment,
           epoch_budgets: Sequence[tuple[str, int]], split: str, gradinit_fit: pd.DataFrame | None = None) -> Depth:
     """The depth section's tables at ``epoch_budgets`` ((label, epoch), the last first), on ``split``."""
-    levels = depths(experiment)
+    levels = list(experiment.depths)
     if len(levels) < 2:
         empty = pd.DataFrame()
         return Depth(levels, empty, empty, empty, empty, empty, empty, empty)
@@ -374,6 +369,6 @@ def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experi
         floor=experiment.eval.valid_bleu_floor)
 
 
-__all__ = ["Depth", "depth", "depths", "depth_of", "wilson", "rate_difference", "smallest_resolved",
+__all__ = ["Depth", "depth", "depth_of", "wilson", "rate_difference", "smallest_resolved",
            "resolution_text", "seed_fates_by_depth", "rate_table", "quality_table", "time_table", "test_rows",
            "confound_table", "claim_table", "DEPTH_CLAIMS", "OPEN"]
