@@ -38,6 +38,7 @@ def loss(run: str, ep: int) -> float:
 def epochs_table() -> pd.DataFrame:
     return pd.DataFrame([{"run": r, "seed": s, "epoch": ep, "status": "ok", "updates": 100 * ep,
                           "train_wall_s": 10.0 * ep + (5.0 if r.startswith("pre") else 0.0),
+                          "train_cpu_s": 8.0 * ep + (4.0 if r.startswith("pre") else 0.0),
                           "valid_bleu_tok": bleu(r, ep) + off, "valid_loss_base2": loss(r, ep) + off / 10}
                          for r in PAPER.select for s, off in OFFSETS.items() for ep in range(1, E + 1)])
 
@@ -64,10 +65,11 @@ def test_welch_and_ratio_intervals():
 
 
 def test_crossing_interpolates_and_censors():
-    curve = pd.DataFrame({"epoch": [1, 2, 3], "updates": [10, 20, 30], "train_wall_s": [5.0, 10.0, 15.0],
-                          "v": [1.0, 3.0, 7.0]})
+    curve = pd.DataFrame({"epoch": [1, 2, 3], "updates": [10, 20, 30], "train_cpu_s": [4.0, 8.0, 12.0],
+                          "train_wall_s": [5.0, 10.0, 15.0], "v": [1.0, 3.0, 7.0]})
     at, censored = an.crossing(curve, "v", 5.0, True)
-    assert at == pytest.approx({"epochs": 2.5, "updates": 25.0, "train_wall_s": 12.5}) and not censored
+    assert at == pytest.approx({"epochs": 2.5, "updates": 25.0, "train_cpu_s": 10.0, "train_wall_s": 12.5})
+    assert not censored
     at, censored = an.crossing(curve, "v", 0.5, True)
     assert at["epochs"] == 1 and censored  # met at the first checkpoint: an upper bound
     assert math.isnan(an.crossing(curve, "v", 8.0, True)[0]["epochs"])
@@ -173,7 +175,8 @@ def test_runs_of_two_lengths_are_compared_at_the_epochs_both_have():
     config.validate_config(c)
     x = config.experiment(c)
     t = pd.DataFrame([{"run": r, "seed": s, "epoch": ep, "status": "ok", "updates": 100 * ep, "train_wall_s": 10.0 * ep,
-                       "valid_bleu_tok": bleu(r, ep) + off, "valid_loss_base2": loss(r, ep) + off / 10}
+                       "train_cpu_s": 8.0 * ep, "valid_bleu_tok": bleu(r, ep) + off,
+                       "valid_loss_base2": loss(r, ep) + off / 10}
                       for r in x.select for s, off in OFFSETS.items() for ep in range(1, x.last_of(r) + 1)])
     a = an.answer(x, t, "valid")
     assert a.gap["epoch"].max() == 30 and a.decomposition["epoch"].max() == 20

@@ -18,11 +18,14 @@ from lnrepro.errors import LnReproError
 EPOCHS = 4
 
 
-def epoch_rows(run: str, seed: int, bleus: list[float], walls: list[float], statuses: list[str] | None = None):
+def epoch_rows(run: str, seed: int, bleus: list[float], cpus: list[float], statuses: list[str] | None = None):
+    """A seed's epochs with its cumulative training CPU-seconds ``cpus`` (the wall-clock another 50%, which no
+    budget reads: equal cost is CPU time)."""
     statuses = statuses or ["ok"] * len(bleus)
-    return [{"run": run, "seed": seed, "epoch": ep, "status": st, "updates": 10.0 * ep, "train_wall_s": w,
-             "valid_bleu_tok": b if st == "ok" else math.nan, "valid_loss_base2": 10.0 - b if st == "ok" else math.nan}
-            for ep, (b, w, st) in enumerate(zip(bleus, walls, statuses), 1)]
+    return [{"run": run, "seed": seed, "epoch": ep, "status": st, "updates": 10.0 * ep, "train_cpu_s": c,
+             "train_wall_s": 1.5 * c, "valid_bleu_tok": b if st == "ok" else math.nan,
+             "valid_loss_base2": 10.0 - b if st == "ok" else math.nan}
+            for ep, (b, c, st) in enumerate(zip(bleus, cpus, statuses), 1)]
 
 
 def table() -> pd.DataFrame:
@@ -34,18 +37,21 @@ def table() -> pd.DataFrame:
                      ["ok", "ok", "missing", "missing"]))
 
 
-def test_budgets_last_early_wall_and_target():
+def test_budgets_last_early_cpu_and_target():
     b = bu.budgets(table(), EPOCHS, ReportSettings())
     assert [(x.label, x.kind, x.epoch) for x in b] == [
-        ("epoch 4", "last", 4), ("epoch 3", "early", 3), ("wall-clock 4 s", "wall", None),
+        ("epoch 4", "last", 4), ("epoch 3", "early", 3), ("training CPU 4 s", "cpu", None),
         ("95% of the best BLEU", "target", None)]
-    assert b[2].wall_s == 4.0  # the smallest last-epoch wall-clock of the seeds that finished
+    assert b[2].cpu_s == 4.0  # the smallest last-epoch training CPU time of the seeds that finished
     assert [x.epoch for x in bu.budgets(table(), EPOCHS, ReportSettings(budget_epoch=2))][:2] == [4, 2]
-    assert [x.kind for x in bu.budgets(table(), EPOCHS, ReportSettings(budget_epoch=4))] == ["last", "wall", "target"]
+    assert [x.kind for x in bu.budgets(table(), EPOCHS, ReportSettings(budget_epoch=4))] == ["last", "cpu", "target"]
+    # results whose checkpoints record no CPU time (an older lnrepro's) have no equal-cost budget
+    no_cpu = table().assign(train_cpu_s=math.nan)
+    assert [x.kind for x in bu.budgets(no_cpu, EPOCHS, ReportSettings())] == ["last", "early", "target"]
     assert (bu.three_quarters(20), bu.three_quarters(6), bu.three_quarters(1)) == (15, 5, 1)
 
 
-def test_observations_at_epochs_wall_clock_and_target():
+def test_observations_at_epochs_cpu_time_and_target():
     b = bu.budgets(table(), EPOCHS, ReportSettings(target_fraction=0.5))
     target = 0.5 * bu.best_bleu(table(), "valid")
     assert target == pytest.approx(0.5 * 41)
@@ -55,20 +61,20 @@ def test_observations_at_epochs_wall_clock_and_target():
     assert obs.loc[("b", 2, "epoch 4", "valid_bleu_tok"), "outcome"] == "diverged"
     assert obs.loc[("c", 1, "epoch 3", "valid_bleu_tok"), "outcome"] == "missing"
     # at 4 s: run a's last checkpoint, run b's second (interpolated exactly on a checkpoint)
-    assert obs.loc[("a", 2, "wall-clock 4 s", "valid_bleu_tok"), "value"] == 42
-    assert obs.loc[("b", 1, "wall-clock 4 s", "valid_bleu_tok"), "value"] == 10
-    assert obs.loc[("b", 2, "wall-clock 4 s", "valid_bleu_tok"), "outcome"] == "ok"  # reached 4 s before diverging
-    assert obs.loc[("c", 1, "wall-clock 4 s", "valid_bleu_tok"), "outcome"] == "missing"
+    assert obs.loc[("a", 2, "training CPU 4 s", "valid_bleu_tok"), "value"] == 42
+    assert obs.loc[("b", 1, "training CPU 4 s", "valid_bleu_tok"), "value"] == 10
+    assert obs.loc[("b", 2, "training CPU 4 s", "valid_bleu_tok"), "outcome"] == "ok"  # reached 4 s before diverging
+    assert obs.loc[("c", 1, "training CPU 4 s", "valid_bleu_tok"), "outcome"] == "missing"
     hit = obs.loc[("a", 1, "50% of the best BLEU")]
-    assert (hit.loc["epochs_to_target", "value"], hit.loc["wall_s_to_target", "value"]) == (3.0, 3.0)
+    assert (hit.loc["epochs_to_target", "value"], hit.loc["cpu_s_to_target", "value"]) == (3.0, 3.0)
     assert obs.loc[("b", 1, "50% of the best BLEU", "epochs_to_target"), "outcome"] == "not reached"
     assert obs.loc[("b", 2, "50% of the best BLEU", "epochs_to_target"), "outcome"] == "diverged"
     assert obs.loc[("c", 1, "50% of the best BLEU", "epochs_to_target"), "outcome"] == "missing"
 
 
-def test_wall_clock_is_interpolated_between_checkpoints():
+def test_cpu_time_is_interpolated_between_checkpoints():
     g = pd.DataFrame(epoch_rows("a", 1, [10, 20], [2, 6]))
-    values, outcome = bu._at_wall(g, 3.0, ["valid_bleu_tok"])
+    values, outcome = bu._at_cost(g, 3.0, ["valid_bleu_tok"])
     assert outcome == "ok" and values == [pytest.approx(12.5)]
 
 
@@ -183,7 +189,7 @@ def test_budget_table_states_updates_and_tokens():
     b = bu.budgets(table(), EPOCHS, ReportSettings())
     t = bu.budget_table(prog, b, ["a", "b"]).set_index("budget")
     assert t.loc["epoch 4", ["updates", "target_tokens", "same_in_every_cell"]].tolist() == ["40", "4000", True]
-    assert t.loc["wall-clock 4 s", "updates"] == "" and "interpolated" in t.loc["wall-clock 4 s", "how"]
+    assert t.loc["training CPU 4 s", "updates"] == "" and "interpolated" in t.loc["training CPU 4 s", "how"]
 
 
 def test_report_settings_from_the_config(tmp_path):

@@ -48,7 +48,8 @@ def loss(run: str, ep: int) -> float:
 
 def paper_epochs() -> pd.DataFrame:
     return pd.DataFrame([{"run": r, "seed": s, "epoch": ep, "status": "ok", "train_wall_s": 10.0 * ep,
-                          "valid_bleu_tok": bleu(r, ep) + off, "valid_loss_base2": loss(r, ep) + off}
+                          "train_cpu_s": 8.0 * ep, "valid_bleu_tok": bleu(r, ep) + off,
+                          "valid_loss_base2": loss(r, ep) + off}
                          for r in PAPER.select for s, off in OFFSETS.items() for ep in range(1, E + 1)])
 
 

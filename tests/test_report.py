@@ -124,6 +124,8 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
                 summary.update(train_s=last * 0.11, wall_s_all_attempts=last * 0.2, tokens_per_s=None)
             else:  # throughput unknown here: the training log's mean
                 summary.update(train_s=last * 0.1, wall_s_all_attempts=last * 0.1, tokens_per_s=None)
+            # CPU time beside the wall-clock, differing by seed (the same work: the report's cost spread)
+            summary.update(train_cpu_s=last * (0.08 + 0.01 * seed))
             RunSummary.from_dict({**summary, "run": run, "seed": seed}).write(rd / "summary.json")
             for ep in range(1, n + 1):
                 diverged = div_ep is not None and ep >= div_ep
@@ -131,6 +133,7 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
                 EpochManifest.from_dict({
                     **RECORD, "run": run, "seed": seed, "epoch": ep, "status": status,
                     "updates": min(ep * upe, last), "wall_s": min(ep * upe, last) * 0.1 + RUNS.index(run),
+                    "cpu_s": min(ep * upe, last) * (0.08 + 0.01 * seed),
                     "weights": None if diverged else f"state/epochs/epoch{ep:03d}.pt",
                     "sha256": None if diverged else "ab" * 32, "partial": False, "config_sha256": "cd" * 32,
                 }).write(rd / "epochs" / f"epoch{ep:03d}.json")
@@ -382,7 +385,7 @@ def test_data_budget_effect_and_failure_tables(report):
     runs = pd.read_csv(tables / "runs.csv")
     assert list(runs["run"]) == RUNS and set(runs["precision"]) == {"fp32"} and set(runs["seeds_trained"]) == {"1 2"}
     budgets = pd.read_csv(tables / "budgets.csv")
-    assert list(budgets["budget"])[:2] == ["epoch 3", "epoch 2"] and budgets["budget"][2].startswith("wall-clock")
+    assert list(budgets["budget"])[:2] == ["epoch 3", "epoch 2"] and budgets["budget"][2].startswith("training CPU")
     assert list(budgets["updates"][:2]) == [30, 20]
     effects = pd.read_csv(tables / "effects.csv")
     assert list(effects.columns[:9]) == ["metric", "budget", "effect", "estimate", "ci_low", "ci_high", "df",
@@ -451,7 +454,7 @@ TUNED_GRIDS = {"g_post": {"base": "postln_warmup_isqrt", "values": {"schedule.wa
 def test_report_with_test_scored_at_the_last_epoch_only(tmp_path):
     """eval.splits.test.epochs [last]: test's scores are NaN in epochs.csv and absent from scores_long.csv where
     not scored, its per-epoch table has the last epoch's row only, its cells only the last-epoch budget (the
-    earlier epoch and the wall-clock budget need test there and at every epoch), and the claims and
+    earlier epoch and the CPU-time budget need test there and at every epoch), and the claims and
     tuned-against-tuned on test read it at the last epoch."""
     exp_dir, exp = make_tree(tmp_path, diverge=DIVERGE, scored={"test": [EPOCHS]})
     exp = Experiment.from_dict({**exp.to_dict(), "grids": TUNED_GRIDS})
@@ -474,7 +477,7 @@ def test_report_with_test_scored_at_the_last_epoch_only(tmp_path):
     cells = pd.read_csv(tables / "cells.csv")
     assert set(cells.loc[cells["metric"].str.startswith("test_"), "budget"]) == {f"epoch {EPOCHS}"}
     valid_budgets = set(cells.loc[cells["metric"].str.startswith("valid_"), "budget"])
-    assert {f"epoch {EPOCHS}", "epoch 2"} <= valid_budgets and any(b.startswith("wall-clock") for b in valid_budgets)
+    assert {f"epoch {EPOCHS}", "epoch 2"} <= valid_budgets and any(b.startswith("training CPU") for b in valid_budgets)
     tuned = pd.read_csv(tables / "tuned.csv").set_index("metric")
     row = tuned.loc["test_bleu_tok"]  # as in test_tuned_baselines_in_the_report: test at the last epoch
     assert (row["run_a"], row["run_b"], row["n_a"], row["n_b"]) == ("postln_warmup_isqrt", "preln_nowarmup_step8", 2, 1)
@@ -544,7 +547,7 @@ def test_report_over_runs_of_two_lengths(tmp_path):
 def test_a_claim_needing_an_unscored_epoch_says_so(tmp_path):
     """valid scored at epochs 1 and 3 only (test at 2 and 3): the Figure 4 epoch-ratio claim needs valid at
     epoch 2 (three quarters of 3), so it is not measured and says why; valid's cells leave out the earlier
-    epoch and the wall-clock budget."""
+    epoch and the CPU-time budget."""
     from lnrepro.analysis.claims import published
 
     exp_dir, exp = make_tree(tmp_path, scored={"valid": [1, EPOCHS], "test": [2, EPOCHS]})
@@ -718,7 +721,7 @@ def test_plot_figure4_time_axes(report, drawn):
     plots.plot_figure4_time(run_epochs, cl.figure4_runs(exp), "valid", Path("t.png"))
     (fig,) = drawn
     assert [ax.get_xlabel() for ax in fig.axes] == ["updates (optimizer steps)",
-                                                     "training wall-clock (s, summed over attempts)"] * 2
+                                                     "training CPU time (s, summed over attempts)"] * 2
     post = fig.axes[0].lines[0]  # Post-LN's loss against its seed-mean updates: 10 per epoch
     assert list(post.get_xdata()) == [10, 20, 30]
     assert "postln_warmup_isqrt" in _texts(fig)
@@ -822,3 +825,18 @@ def test_plot_effects_by_epoch(report, drawn):
         lines = [ln for ln in ax.lines if not ln.get_label().startswith("_")]
         assert len(lines) <= 6
         assert len({(str(ln.get_color()), str(ln.get_linestyle())) for ln in lines}) == len(lines)
+
+
+def test_equal_work_on_two_clocks(report):
+    """Seeds of one run do the same work: the report shows how far their wall-clock and CPU time per update
+    spread (cost_spread.csv and a sentence in the Wall-clock section), and compares equal cost in CPU time."""
+    exp_dir, _, index, _ = report
+    spread = pd.read_csv(exp_dir / "report" / "tables" / "cost_spread.csv").set_index("run")
+    r = spread.loc["postln_warmup_isqrt"]  # the fixture's CPU-seconds per update: 0.09 (seed 1), 0.10 (seed 2)
+    assert r["n_seeds"] == 2 and (r["cpu_s_per_update_min"], r["cpu_s_per_update_max"]) == pytest.approx((0.09, 0.10))
+    assert r["cpu_spread"] == pytest.approx(0.10 / 0.09 - 1, abs=1e-5) and r["wall_spread"] == pytest.approx(0.0)
+    text = html.unescape(_section(index.read_text(), "wallclock"))
+    assert "in CPU-seconds per update by up to 11%" in text and "cost_spread.csv" in text
+    budgets = pd.read_csv(exp_dir / "report" / "tables" / "budgets.csv").set_index("budget")
+    (cpu,) = [b for b in budgets.index if b.startswith("training CPU")]
+    assert "CPU-seconds of training" in budgets.loc[cpu, "how"] and budgets.loc[cpu, "cpu_s"] > 0

@@ -17,7 +17,7 @@ Submodules are imported on use (matplotlib and torch are heavy):
 # importable without matplotlib.
 FIGURES = {
     "figure4": "figure4_vs_epoch.png",
-    "figure4_time": "figure4_vs_updates_and_wallclock.png",
+    "figure4_time": "figure4_vs_updates_and_cpu_time.png",
     "lr": "learning_rate_vs_update.png",
     "cells": "factorial_cells.png",
     "effects": "factorial_effects.png",

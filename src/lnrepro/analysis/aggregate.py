@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from ..records import Record, RunStatus
+from .budget import COST
 from .results import Results, SeedResults
 
 # Scores read per split from eval/epochNNN.json "splits": {split: {...}}.
@@ -185,7 +186,8 @@ def divergence_table(results: Results, experiment: Experiment, epochs: pd.DataFr
 
 def wallclock_table(results: Results, epochs: pd.DataFrame, curves: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per (run, seed): updates, training wall-clock summed over attempts (summary.json), seconds per
-    update, mean logged target tokens/s, evaluation wall-clock summed over epochs, attempts, host, device."""
+    update, mean logged target tokens/s, evaluation wall-clock summed over epochs, attempts, the CPU-seconds of
+    training (per update too) and scoring, threads, precision, host, device."""
     rows = []
     for sr in results.seeds:
         run, seed, summary, rj = sr.run, sr.seed, sr.summary, sr.run_info or {}
@@ -198,6 +200,9 @@ def wallclock_table(results: Results, epochs: pd.DataFrame, curves: pd.DataFrame
         if math.isnan(wall) and len(g):  # summary not yet written: last manifest's cumulative wall-clock
             wall = g["train_wall_s"].max()
             updates = g["updates"].max() if math.isnan(updates) else updates
+        cpu = _num(_field(summary, "train_cpu_s"))
+        if math.isnan(cpu) and len(g):  # likewise: the last manifest's cumulative CPU time
+            cpu = g["train_cpu_s"].max()
         tps, attempts = _num(_field(summary, "tokens_per_s")), _num(_field(summary, "attempts"))
         if curves is not None and len(curves):
             c = curves[(curves["run"] == run) & (curves["seed"] == seed)]
@@ -212,13 +217,52 @@ def wallclock_table(results: Results, epochs: pd.DataFrame, curves: pd.DataFrame
             "tokens_per_s": tps, "attempts": attempts,
             "eval_wall_s": g["eval_wall_s"].sum(min_count=1) if len(g) else math.nan,
             # CPU-seconds beside the wall-clock (issue 21): equal work costs equal CPU time, whatever else ran
-            "train_cpu_s": _num(_field(summary, "train_cpu_s")),
+            "train_cpu_s": cpu,
+            "cpu_s_per_update": cpu / updates if updates and not math.isnan(updates) else math.nan,
             "cpu_s_all_attempts": _num(_field(summary, "cpu_s_all_attempts")),
             "eval_cpu_s": g["eval_cpu_s"].sum(min_count=1) if len(g) else math.nan,
             "threads": rj.get("threads"), "precision": rj.get("precision"),
             "host": str(ran.get("host") or ""), "device": str(ran.get("device") or ""),
         })
     return pd.DataFrame(rows)
+
+
+COST_SPREAD_COLUMNS = ["run", "n_seeds", "wall_s_per_update_min", "wall_s_per_update_max", "wall_spread",
+                       "cpu_s_per_update_min", "cpu_s_per_update_max", "cpu_spread"]
+
+
+def cost_spread(wallclock: pd.DataFrame) -> pd.DataFrame:
+    """tables/cost_spread.csv: per run with two or more trained seeds, the seeds' wall-clock and CPU-seconds per
+    update (the same work: every seed of a run trains as many updates of the same sizes), smallest and largest,
+    and each spread (largest over smallest, minus 1). Wall-clock moves with what else runs on the machine; the
+    report compares equal cost in CPU time (``budget.COST``) and shows this spread instead of a target on it."""
+    rows = []
+    for run, g in wallclock.groupby("run", sort=False):
+        wall, cpu = g["s_per_update"].dropna(), g["cpu_s_per_update"].dropna()
+        if max(len(wall), len(cpu)) < 2:
+            continue
+        row: dict[str, Any] = {"run": run, "n_seeds": int(max(len(wall), len(cpu)))}
+        for name, v in (("wall", wall), ("cpu", cpu)):
+            lo, hi = (float(v.min()), float(v.max())) if len(v) >= 2 else (math.nan, math.nan)
+            row.update({f"{name}_s_per_update_min": lo, f"{name}_s_per_update_max": hi,
+                        f"{name}_spread": hi / lo - 1 if lo > 0 else math.nan})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=COST_SPREAD_COLUMNS)
+
+
+def cost_spread_sentence(spread: pd.DataFrame) -> str:
+    """The largest spread of each clock over the seeds of one run, in words ("" without a run of two seeds)."""
+    parts = []
+    for name, words in (("wall", "wall-clock"), ("cpu", "CPU-seconds")):
+        col = f"{name}_spread"
+        if spread[col].notna().any():
+            r = spread.loc[spread[col].idxmax()]
+            parts.append(f"in {words} per update by up to {r[col]:.0%} ({r['run']}: "
+                         f"{r[f'{name}_s_per_update_min']:.3g} to {r[f'{name}_s_per_update_max']:.3g} s)")
+    if not parts:
+        return ""
+    return ("Seeds of one run do the same work, yet differed " + " and ".join(parts) + ". Wall-clock moves with "
+            "what else runs on the machine, so the report compares equal cost in CPU-seconds of training.")
 
 
 def execution_facts(results: Results, experiment: Experiment) -> dict[str, dict[str, Any]]:
@@ -263,12 +307,12 @@ def summary_table(results: Results) -> pd.DataFrame:
 
 def milestone_table(run_epochs: pd.DataFrame, split: str, frac: float = 0.95, last: int | None = None
                     ) -> pd.DataFrame:
-    """Per run, from the seed means on ``split``: best tokenized BLEU, its epoch and wall-clock, and the
-    first epoch (and training wall-clock) at which the run reaches ``frac`` x the best BLEU any run
+    """Per run, from the seed means on ``split``: best tokenized BLEU, its epoch and training CPU time, and the
+    first epoch (and training CPU time) at which the run reaches ``frac`` x the best BLEU any run
     reaches. Answers the paper's "sooner" claim in checkpoints AND in time. With ``last`` (the last epoch every
     compared run has), only epochs up to it: runs are compared at epochs they all have."""
     col = f"{split}_bleu_tok_mean"
-    cols = ["run", "best_bleu", "best_epoch", "best_wall_s", "target_bleu", "epoch_to_target", "wall_s_to_target"]
+    cols = ["run", "best_bleu", "best_epoch", "best_cpu_s", "target_bleu", "epoch_to_target", "cpu_s_to_target"]
     if last is not None and "epoch" in run_epochs:
         run_epochs = run_epochs[run_epochs["epoch"] <= last]
     if run_epochs.empty or col not in run_epochs:
@@ -281,11 +325,11 @@ def milestone_table(run_epochs: pd.DataFrame, split: str, frac: float = 0.95, la
         row: dict[str, Any] = {"run": run, "target_bleu": target}
         if len(ok):
             b = ok.loc[ok[col].idxmax()]
-            row.update(best_bleu=b[col], best_epoch=int(b["epoch"]), best_wall_s=b["train_wall_s_mean"])
+            row.update(best_bleu=b[col], best_epoch=int(b["epoch"]), best_cpu_s=b[f"{COST}_mean"])
             hit = ok[ok[col] >= target]
             if len(hit):
                 h = hit.iloc[0]
-                row.update(epoch_to_target=int(h["epoch"]), wall_s_to_target=h["train_wall_s_mean"])
+                row.update(epoch_to_target=int(h["epoch"]), cpu_s_to_target=h[f"{COST}_mean"])
         rows.append(row)
     return pd.DataFrame(rows, columns=cols)
 
@@ -513,6 +557,7 @@ class Aggregate:
     execution: dict[str, dict[str, Any]]  # per run: where its seeds ran (execution_facts)
     divergence: pd.DataFrame      # per run
     wallclock: pd.DataFrame       # per (run, seed)
+    cost_spread: pd.DataFrame     # per run: its seeds' wall-clock and CPU per update, smallest and largest
     milestones: pd.DataFrame      # per run
     convergence: pd.DataFrame     # per run: the validation NLL's slope at the end (convergence_table)
     curves: pd.DataFrame          # per (run, seed, logged update)
@@ -532,11 +577,12 @@ def aggregate(results: Results, experiment: Experiment) -> Aggregate:
     log = train_logs(results)
     early = early_window(epochs)
     split = primary_split(experiment)
+    wallclock = wallclock_table(results, epochs, log.curves)
     return Aggregate(
         epochs=epochs, run_epochs=run_epochs, summaries=summary_table(results),
         execution=execution_facts(results, experiment),
         divergence=divergence_table(results, experiment, epochs),
-        wallclock=wallclock_table(results, epochs, log.curves),
+        wallclock=wallclock, cost_spread=cost_spread(wallclock),
         milestones=milestone_table(run_epochs, split, last=experiment.common_last(experiment.select)),
         convergence=convergence_table(epochs, experiment, split, experiment.analysis.report.convergence_window,
                                       experiment.analysis.report.convergence_tolerance),

@@ -12,7 +12,8 @@ are ``analysis.report``'s (``quality_fractions``, ``useful_fraction``, ``converg
   validation loss's drop below the pair's start (the higher of the two arms' first-checkpoint seed means). Its
   targets are ``quality_fractions`` of the lower arm's final seed mean; when the lower arm's final quality is
   below ``useful_fraction`` of the higher arm's (a failed arm), of the higher arm's instead. Each seed's epoch,
-  updates and training wall-clock at a target are interpolated linearly between its two scored checkpoints
+  updates, training CPU time (the report's cost, ``budget.COST``) and wall-clock at a target are interpolated
+  linearly between its two scored checkpoints
   around the first crossing; a target already met at the first scored checkpoint gives that checkpoint, marked
   ``censored`` (an upper bound). An arm reaches a target when every one of its seeds does, else "not reached"
   with its best seed-mean value. Seed means carry 95% t intervals; the ratio (to over from) is the geometric
@@ -46,13 +47,14 @@ import pandas as pd
 
 from ..config.settings import FACTOR_KEYS, Experiment, ReportSettings
 from .aggregate import ANNEALED, IMPROVING, UNDETERMINED, WORSENING, slope_fit, slope_label, step_cuts
-from .budget import LEVEL, OK, mean_interval
+from .budget import COST, LEVEL, OK, mean_interval
 from .effects import welch
 from .tables import grid_of
 
 FACTORS = tuple(FACTOR_KEYS)  # norm, warmup, decay
-MEASURES = ("epochs", "updates", "train_wall_s")  # what a time to quality is counted in
-_X = {"epochs": "epoch", "updates": "updates", "train_wall_s": "train_wall_s"}  # their epoch-table columns
+MEASURES = ("epochs", "updates", COST, "train_wall_s")  # what a time to quality is counted in
+# their epoch-table columns (every measure but the epochs is a column of its own name)
+MEASURE_COLUMNS = {m: "epoch" if m == "epochs" else m for m in MEASURES}
 METRICS = ("bleu_tok", "loss_base2")
 TTQ_COLUMNS = ["pair", "factor", "metric", "fraction", "target", "target_of", "arm", "run", "status", "n_seeds", "n_reached",
                "censored", "best", *(f"{m}{s}" for m in MEASURES for s in ("", "_low", "_high"))]
@@ -205,7 +207,7 @@ def crossing(curve: pd.DataFrame, col: str, target: float, higher_better: bool) 
     if len(hit) == 0:
         return {m: math.nan for m in MEASURES}, False
     i = int(hit[0])
-    xs = {m: curve[_X[m]].to_numpy(dtype=float) for m in MEASURES}
+    xs = {m: curve[MEASURE_COLUMNS[m]].to_numpy(dtype=float) for m in MEASURES}
     if i == 0:
         return {m: float(xs[m][0]) for m in MEASURES}, True
     t = (target - v[i - 1]) / (v[i] - v[i - 1])
@@ -490,7 +492,8 @@ def _arm_time(r: pd.Series) -> str:
                 f"{_f(r['best'])})")
     censored = ", reached by the first scored checkpoint (an upper bound)" if r["censored"] else ""
     return (f"needs {_f(r['epochs'])} epochs ({_ci(r['epochs_low'], r['epochs_high'], int(r['n_seeds']))}; "
-            f"{_f(r['updates'])} updates, {_f(r['train_wall_s'])} s of training{censored})")
+            f"{_f(r['updates'])} updates, {_f(r[COST])} CPU-seconds of training, {_f(r['train_wall_s'])} s of "
+            f"wall-clock{censored})")
 
 
 def _speed_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
@@ -510,14 +513,14 @@ def _speed_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
            f"{arm_text(experiment, p.from_run)} {_arm_time(fr)}"
     if ratio["status"] != REACHED:
         return head + "."
-    e, w = (ratio["epochs"], ratio["epochs_low"], ratio["epochs_high"]), \
-        (ratio["train_wall_s"], ratio["train_wall_s_low"], ratio["train_wall_s_high"])
+    e, c = (ratio["epochs"], ratio["epochs_low"], ratio["epochs_high"]), \
+        (ratio[COST], ratio[f"{COST}_low"], ratio[f"{COST}_high"])
     return (head + f": {_f(e[0])} of the epochs ({_ci(e[1], e[2], int(ratio['n_seeds']))}, per-seed ratios, "
-            f"geometric mean) and {_f(w[0])} of the training wall-clock ({_ci(w[1], w[2], int(ratio['n_seeds']))}).")
+            f"geometric mean) and {_f(c[0])} of the training CPU time ({_ci(c[1], c[2], int(ratio['n_seeds']))}).")
 
 
 def _verdict(a: Answer, experiment: Experiment, metric: str) -> str:
-    """Yes / no / not clearly, from the middle target's epoch and wall-clock ratios."""
+    """Yes / no / not clearly, from the middle target's epoch and training CPU-time ratios."""
     t = _ttq(a, FIGURE4, metric)
     r = t[(t["fraction"] == _middle(a.settings.quality_fractions)) & (t["arm"] == "ratio")]
     pre, post = (level_text("norm", experiment.runs[x].model.norm) for x in (a.pair.to_run, a.pair.from_run))
@@ -533,6 +536,8 @@ def _verdict(a: Answer, experiment: Experiment, metric: str) -> str:
     r = r.iloc[0]
 
     def side(lo: float, hi: float, unit: str) -> str:
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return f"with no interval of its {unit} (not recorded for every seed)"
         if hi < 1:
             return f"in fewer {unit}" if unit == "epochs" else f"in less {unit}"
         if lo > 1:
@@ -540,12 +545,12 @@ def _verdict(a: Answer, experiment: Experiment, metric: str) -> str:
         return f"in about as {'many' if unit == 'epochs' else 'much'} {unit} (the interval includes a ratio of 1)"
 
     ep = side(r["epochs_low"], r["epochs_high"], "epochs")
-    wall = side(r["train_wall_s_low"], r["train_wall_s_high"], "training wall-clock")
-    faster_ep, faster_wall = r["epochs_high"] < 1, r["train_wall_s_high"] < 1
-    verdict = "Yes" if faster_ep and faster_wall else "In epochs, yes" if faster_ep else \
+    cost = side(r[f"{COST}_low"], r[f"{COST}_high"], "training CPU time")
+    faster_ep, faster_cost = r["epochs_high"] < 1, r[f"{COST}_high"] < 1
+    verdict = "Yes" if faster_ep and faster_cost else "In epochs, yes" if faster_ep else \
         "No" if r["epochs_low"] > 1 else "Not clearly"
     return (f"{verdict}: in this experiment {pre} without warm-up reaches the same {_metric_words(metric)} {ep} "
-            f"than {post} with warm-up, and {wall}.").replace("(the interval includes a ratio of 1) than",
+            f"than {post} with warm-up, and {cost}.").replace("(the interval includes a ratio of 1) than",
                                                                 "as (the interval includes a ratio of 1)")
 
 

@@ -191,7 +191,7 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     (``answer.crossing``), over that epoch (the paper's 9/15); mean and t interval over the seeds. A crossing at
     the fast seed's first scored checkpoint bounds the ratio from above only: unresolved (inconclusive). Where
     the two runs differ in length, "its training" is the epochs both have (their common last epoch)."""
-    from .answer import crossing
+    from .answer import MEASURE_COLUMNS, crossing
 
     fast, slow = (cell_runs(ev.experiment, m[k]) for k in ("fast", "slow"))
     if not fast or not slow:
@@ -214,8 +214,8 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
             left += 1
             continue
         target = float(ref[col].iloc[0])
-        cols = {"epoch": curve["epoch"], "updates": curve.get("updates", curve["epoch"]),
-                "train_wall_s": curve.get("train_wall_s", curve["epoch"]), col: curve[col]}
+        # crossing interpolates every measure; a table without one (older results) counts it in epochs
+        cols = {**{c: curve.get(c, curve["epoch"]) for c in MEASURE_COLUMNS.values()}, col: curve[col]}
         at, first = crossing(pd.DataFrame(cols), col, target, True)
         if math.isnan(at["epochs"]):
             left += 1

@@ -14,7 +14,7 @@ in ``lnrepro.norms``: parameters, residual scaling, initialization, LayerNorms r
 variants differ, the comparison names what they differ in beside it, from the registry: the union of the
 variants' differences (the paper's post and pre have none), "deepnorm differs from post in the residual scale
 and the initialization", whether model.norm is the studied factor or a confound.
-Checkpoints are not time either: the report always states it and plots against training wall-clock too.
+Checkpoints are not time either: the report always states it and plots against training CPU time too.
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ FACT_MIRRORS: dict[str, str] = {"precision": "train.precision"}
 TIME_NOTE = (
     "Comparing checkpoints is not comparing time: checkpoint k of every run is k epochs of updates, "
     "but runs can differ in cost per update, and evaluation happens only at epoch boundaries. "
-    "The report therefore also plots validation loss and BLEU against training wall-clock "
-    "(summed over attempts, from the epoch manifests), measured on the hardware listed under 'Where it ran'."
+    "The report therefore also plots validation loss and BLEU against the CPU-seconds of training "
+    "(summed over attempts, from the epoch manifests; wall-clock moves with what else runs on the machine), "
+    "measured on the hardware listed under 'Where it ran'."
 )
 
 

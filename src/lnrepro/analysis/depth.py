@@ -14,9 +14,9 @@ decoder as many) with or without warm-up. Per cell and epoch budget, over its se
   (statsmodels ``confint_proportions_2indep``) excludes 0, at the design's seeds per cell.
 
 Quality at the budget and the time to quality targets are given for the seeds that trained (``fate`` trained):
-"trains" and "trains fast" are separate statements. The time to a target is each seed's epoch, update count and
-training wall-clock interpolated between its scored checkpoints (``answer.crossing``), the targets fractions
-(``analysis.report.quality_fractions``) of the best cell's final seed-mean BLEU at the same depth.
+"trains" and "trains fast" are separate statements. The time to a target is each seed's epoch, update count,
+training CPU time and wall-clock interpolated between its scored checkpoints (``answer.crossing``), the targets
+fractions (``analysis.report.quality_fractions``) of the best cell's final seed-mean BLEU at the same depth.
 
 The claims of the references are directional (a difference of rates, or a rate against one half), judged by
 the claims table's status rules (``claims.status``); a question without a published answer (Pre-LN without its
@@ -194,7 +194,7 @@ def quality_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experim
 def time_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experiment, budget: str, epoch: int,
                metric: str, fractions: Sequence[float]) -> pd.DataFrame:
     """TIME_COLUMNS: per run and target (each of ``fractions`` of the best run's final seed-mean ``metric`` at the
-    same depth, among the seeds that trained), the epochs, updates and training wall-clock each trained seed
+    same depth, among the seeds that trained), the epochs, updates, training CPU time and wall-clock each trained seed
     needs (``answer.crossing``), the mean over the seeds that reach it with its 95% t interval."""
     trained = _trained(fates, budget).merge(epochs, on=["run", "seed"])
     trained = trained[(trained["status"] == bu.OK) & trained[metric].notna()]

@@ -27,7 +27,7 @@ from ..config.settings import Experiment  # noqa: E402
 from ..io import atomic_write_bytes  # noqa: E402
 from ..norms import NORMS  # noqa: E402
 from . import DEPTH_FIGURES, FIGURES  # noqa: E402
-from .budget import DIVERGED, OK  # noqa: E402
+from .budget import COST, DIVERGED, OK  # noqa: E402
 from .claims import PaperMark, norm_label  # noqa: E402
 from .effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
 from .gradinit_fit import HEADLINE, headline, init_rows, last_layer, series_label  # noqa: E402
@@ -84,7 +84,7 @@ def _label(run: str, g: pd.DataFrame) -> str:
 
 # Axis labels, with units: the losses are base-2 label-smoothed cross-entropies per target token (fairseq's).
 _X_LABELS = {"epoch": "epoch (checkpoint)", "updates_mean": "updates (optimizer steps)",
-             "train_wall_s_mean": "training wall-clock (s, summed over attempts)"}
+             "train_cpu_s_mean": "training CPU time (s, summed over attempts)"}
 _TERM_WORDS = {"norm": "norm", "warmup": "warm-up", "decay": "decay"}
 
 
@@ -171,16 +171,16 @@ def plot_figure4(run_epochs: pd.DataFrame, runs: list[str], split: str, out: Pat
 
 def plot_figure4_time(run_epochs: pd.DataFrame, runs: list[str], split: str, out: Path, *,
                       styles: dict[str, dict[str, Any]] | None = None) -> Path:
-    """Figure 4's curves against updates (left) and training wall-clock (right): each checkpoint at its seed-mean
-    update count and cumulative training time."""
+    """Figure 4's curves against updates (left) and the CPU-seconds of training (right, the report's equal cost):
+    each checkpoint at its seed-mean update count and cumulative training CPU time."""
     fig, axes = plt.subplots(2, 2, figsize=(12, 7.6), layout="constrained")
     styles = styles or run_styles(runs)
     for row, (metric, ylabel, _) in zip(axes, _metrics(split)):
-        for ax, x in zip(row, ("updates_mean", "train_wall_s_mean")):
+        for ax, x in zip(row, ("updates_mean", f"{COST}_mean")):
             _curves(ax, run_epochs, runs, f"{split}_{metric}", x, styles)
             ax.set_ylabel(ylabel)
     _figure_legend(fig, axes)
-    fig.suptitle("Figure 4's checkpoints against updates and against time: equal checkpoints are not equal time",
+    fig.suptitle("Figure 4's checkpoints against updates and against CPU time: equal checkpoints are not equal cost",
                  fontsize=9)
     return _save(fig, out)
 

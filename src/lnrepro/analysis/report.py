@@ -33,6 +33,7 @@ from ..io import atomic_directory, atomic_write_csv, atomic_write_text, where_ra
 from ..norms import NORMS
 from ..paper import DEVIATIONS
 from ..paths import ANSWER_MD
+from . import aggregate as ag
 from . import budget as bu
 from . import findings as fi
 from . import answer as an
@@ -158,7 +159,8 @@ def _figure4(page: Page) -> dict[str, Any]:
                          f"sacrebleu-per-epoch-{sp}") for sp in e.eval.splits]
     return {"pair": " vs ".join(d.figure4_runs) or "not configured or not selected", "split": split,
             "figure4": page.figure("figure4", "Figure 4: validation loss and BLEU per epoch"),
-            "figure4_time": page.figure("figure4_time", "Figure 4's curves against updates and training wall-clock"),
+            "figure4_time": page.figure("figure4_time",
+                                        "Figure 4's curves against updates and the CPU-seconds of training"),
             "per_epoch": tables, "convergence": vw.convergence_view(d.agg.convergence),
             "convergence_rule": fi.rules(d)["convergence"], "milestones": d.agg.milestones,
             "within": d.study.last if len(e.lengths) > 1 else ""}
@@ -238,7 +240,9 @@ def _stability(page: Page) -> dict[str, Any]:
 
 
 def _wallclock(page: Page) -> dict[str, Any]:
-    return {"wallclock": page.data.agg.wallclock}
+    agg = page.data.agg
+    return {"wallclock": agg.wallclock, "cost_spread": agg.cost_spread,
+            "spread_sentence": ag.cost_spread_sentence(agg.cost_spread)}
 
 
 def _after_warmup_text(page: Page) -> str:
