@@ -427,6 +427,9 @@ def test_the_demo_selects_the_cells_and_two_trials_per_arm() -> None:
     assert all(x.seeds_of(r) == (1,) and not x.runs[r].schedule.warmup for r in variants)
 
 
+LR_GRID = {"base": "postln_warmup_isqrt", "values": {"optim.lr_max": [1.0e-3, 2.0e-3]}}
+
+
 @pytest.mark.parametrize(
     "grids, message",
     [
@@ -444,11 +447,39 @@ def test_the_demo_selects_the_cells_and_two_trials_per_arm() -> None:
         ({"postln_warmup_step8": {"base": "postln_warmup_isqrt", "values": {"optim.lr_max": [1.0e-3]}}},
          r"grids.postln_warmup_step8: a grid may not have the name of a run"),
         ({"g": {"base": "postln_warmup_isqrt", "values": {"optim.lr_max": [1.0e-3]}, "seeds": []}}, r"key grids.g.seeds:"),
+        ({"g": {**LR_GRID, "extended": {"optim.lr_mx": [1.0e-3]}}}, r"unknown key grids.g.extended.optim.lr_mx"),
+        ({"g": {**LR_GRID, "extended": {"optim.eps": [1.0e-8]}}},
+         r"grids.g.extended.optim.eps: not a key of grids.g.values \(optim.lr_max\)"),
+        ({"g": {**LR_GRID, "extended": {"optim.lr_max": [1.0e-3, 4.0e-3]}}},
+         r"grids.g.extended.optim.lr_max: 4.0e-3 not in grids.g.values.optim.lr_max \(1.0e-3, 2.0e-3\)"),
+        ({"g": {"base": "preln_nowarmup_step8", "values": {"schedule.decay_epochs": [[6], [8]]},
+                "extended": {"schedule.decay_epochs": [[8], [10]]}}},
+         r"grids.g.extended.schedule.decay_epochs: 10 not in grids.g.values.schedule.decay_epochs \(6, 8\)"),
+        ({"g": {**LR_GRID, "extended": {"optim.lr_max": ["1e-3"]}}},  # its items validate as values' do
+         r"key grids.g.extended.optim.lr_max.0: '1e-3' is not of type 'number'"),
     ],
 )
 def test_invalid_grids_are_rejected_by_name(paper: dict, grids: dict, message: str) -> None:
     with pytest.raises(LnReproError, match=message):
         with_layer(paper, {"grids": grids})
+
+
+def test_a_grid_records_its_extensions_and_experiment_json_keeps_them(paper: dict, tmp_path: Path) -> None:
+    """extended: the values added after the grid's first run, in order, each one of values however the YAML
+    writes the number (8.0e-3 is 0.008) or the list (decay epochs [[12]])."""
+    layer = yaml.safe_load("""
+select: [tune_preln, tune_postln]
+grids:
+  tune_preln:
+    values: {optim.lr_max: [2.5e-4, 5.0e-4, 1.0e-3, 2.0e-3, 0.008], schedule.decay_epochs: [[6], [8], [10], [12]]}
+    extended: {optim.lr_max: [2.0e-3, 8.0e-3], schedule.decay_epochs: [[12]]}
+""")
+    x = cfg.experiment(with_layer(paper, layer))
+    assert x.grids["tune_preln"].extended == {"optim.lr_max": (2.0e-3, 8.0e-3), "schedule.decay_epochs": ([12],)}
+    assert x.grids["tune_postln"].extended == {}  # the grid as first planned
+    assert cfg.Experiment.from_dict(x.to_dict()) == x
+    x.write(tmp_path / "experiment.json")
+    assert cfg.Experiment.read(tmp_path / "experiment.json").grids["tune_preln"] == x.grids["tune_preln"]
 
 
 def test_a_grid_run_may_not_shadow_a_run(paper: dict) -> None:

@@ -13,6 +13,7 @@ from conftest import REPO
 from fixtures_grids import demo_with_grids
 from lnrepro import config
 from lnrepro.analysis import tuned as tu
+from lnrepro.config import Experiment
 
 DEMO = demo_with_grids()
 GRIDS = {"g_post": ["p1", "p2", "p3"], "g_pre": ["q1", "q2"], "empty": ["z"]}
@@ -97,11 +98,31 @@ def test_bracket_table_and_sentences_from_the_grids():
     assert by.loc[("tune_preln", "optim.lr_max"), "position"] == tu.EDGE_DOWN
     assert by.loc[("tune_postln", "schedule.warmup_updates"), "position"] == tu.ONE_VALUE
     assert by.loc[("tune_preln", "schedule.decay_epochs"), ["best_value", "position"]].tolist() == ["2", tu.ONE_VALUE]
+    assert (t["extensions"] == 0).all() and (t["extended_with"] == "").all()  # the demo's grids: none extended
     words = tu.bracket_sentences(t)
     assert words[0] == (f"Grid tune_postln: its best trial {post[1]} (the lowest seed-mean valid_loss_base2 at epoch "
                         "3): optim.lr_max 0.006 is the highest value tried (edge: extend upward) of 2 (0.0015; 0.006); "
                         "schedule.warmup_updates 140 is the only value tried (not tuned) of 1 (140); its optimum may "
-                        "lie beyond the grid on 1 axis.")
+                        "lie beyond the grid on 1 axis; the grid as first planned (no extension).")
     unscored = tu.bracket_table(preset, {"tune_postln": post[0]}, "x").set_index(["grid", "axis"])
     assert unscored.loc[("tune_preln", "optim.lr_max"), ["best_run", "position"]].tolist() == ["", tu.NOT_SCORED]
     assert tu.bracket_sentences(unscored.reset_index())[1] == "Grid tune_preln: no trial scored yet."
+
+
+def test_brackets_say_how_many_extensions_were_needed():
+    """An extended grid (config grids.<name>.extended): per axis the values added, in the order they were added."""
+    exp = DEMO.to_dict()
+    exp["grids"]["tune_postln"]["extended"] = {"optim.lr_max": [6.0e-3]}
+    exp["grids"]["tune_preln"]["extended"] = {"optim.lr_max": [6.0e-3, 1.5e-3]}  # in the order added, not sorted
+    extended = Experiment.from_dict(exp)
+    post, pre = extended.grids["tune_postln"].runs, extended.grids["tune_preln"].runs
+    t = tu.bracket_table(extended, {"tune_postln": post[1], "tune_preln": pre[0]}, "x")
+    by = t.set_index("grid")
+    assert by.loc["tune_postln", ["extensions", "extended_with", "position"]].tolist() == [1, "0.006", tu.EDGE_UP]
+    assert by.loc["tune_preln", ["extensions", "extended_with"]].tolist() == [2, "0.006; 0.0015"]
+    words = tu.bracket_sentences(t)
+    assert words[0] == (f"Grid tune_postln: its best trial {post[1]} (x): optim.lr_max 0.006 is the highest value "
+                        "tried (edge: extend upward) of 2 (0.0015; 0.006), after 1 extension (added 0.006); its "
+                        "optimum may lie beyond the grid on 1 axis.")
+    assert "of 2 (0.0015; 0.006), after 2 extensions (added 0.006; 0.0015);" in words[1]
+    assert "first planned" not in " ".join(words)

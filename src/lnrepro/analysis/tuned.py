@@ -8,6 +8,12 @@ are compared when their bases are the two runs of a configured comparison and th
 settings (an equal tuning budget for both arms); the comparison is on the test split, as the difference of the two
 tuned runs' seed means with Welch's 95% interval, and it enters the confound table as a comparison of its own
 (``{comparison}_tuned``).
+
+Extending a grid is a manual act: add a value to its ``values`` and rerun (Snakemake trains only the new runs).
+So its history is recorded where the results are published from, the config: ``grids.<name>.extended`` maps an
+axis to the values added after the grid's first run, one extension each, in the order they were added
+(``GridSettings.extended``, in experiment.json). The brackets table and sentences say per axis how many
+extensions were needed; a grid without any is the grid as first planned.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from ..config.settings import Comparison, Experiment
 from .budget import LEVEL, OK
 from .tables import setting_cell
 
-BRACKET_COLUMNS = ["grid", "axis", "best_run", "best_value", "values", "n_values", "position", "selected_by"]
+BRACKET_COLUMNS = ["grid", "axis", "best_run", "best_value", "values", "n_values", "extensions", "extended_with",
+                   "position", "selected_by"]
 BRACKETED, EDGE_UP, EDGE_DOWN = "bracketed", "edge: extend upward", "edge: extend downward"
 ONE_VALUE, UNORDERED, NOT_SCORED = "one value: not tuned", "not ordered", "not scored yet"
 TUNED_COLUMNS = ["comparison", "grid_a", "run_a", "grid_b", "run_b", "metric", "mean_a", "mean_b", "difference",
@@ -89,23 +96,27 @@ def bracket_position(values: Sequence[Any], best: Any) -> str:
 
 
 def bracket_table(experiment: Experiment, best: Mapping[str, str], selected_by: str) -> pd.DataFrame:
-    """tables/tuned_brackets.csv: per grid and axis, the best trial's value and whether the grid brackets it."""
+    """tables/tuned_brackets.csv: per grid and axis, the best trial's value, whether the grid brackets it, and
+    the values added by extensions (in the order they were added)."""
     rows = []
     for name, grid in experiment.grids.items():
         run = best.get(name, "")
         for axis, values in grid.values.items():
             value = experiment.runs[run].flat()[axis] if run else None
             ordered = sorted(values, key=_ordered) if all(_ordered(v) is not None for v in values) else list(values)
+            added = grid.extended.get(axis, ())
             rows.append({"grid": name, "axis": axis, "best_run": run,
                          "best_value": setting_cell(value) if run else "",
                          "values": "; ".join(str(setting_cell(v)) for v in ordered), "n_values": len(values),
+                         "extensions": len(added), "extended_with": "; ".join(str(setting_cell(v)) for v in added),
                          "position": bracket_position(values, value) if run else NOT_SCORED,
                          "selected_by": selected_by})
     return pd.DataFrame(rows, columns=BRACKET_COLUMNS)
 
 
 def bracket_sentences(brackets: pd.DataFrame) -> list[str]:
-    """Per grid: its best trial and, per axis, whether the grid brackets its value."""
+    """Per grid: its best trial and, per axis, whether the grid brackets its value and after how many
+    extensions (none on any axis: the grid as first planned)."""
     out = []
     for name, g in brackets.groupby("grid", sort=False):
         first = g.iloc[0]
@@ -116,14 +127,21 @@ def bracket_sentences(brackets: pd.DataFrame) -> list[str]:
                  EDGE_UP: "the highest value tried (edge: extend upward)",
                  EDGE_DOWN: "the lowest value tried (edge: extend downward)",
                  ONE_VALUE: "the only value tried (not tuned)", UNORDERED: "one of values without an order"}
-        axes = [f"{r.axis} {r.best_value} is {words[r.position]} of {r.n_values} ({r.values})"
+        axes = [f"{r.axis} {r.best_value} is {words[r.position]} of {r.n_values} ({r.values})" + _after(r)
                 for r in g.itertuples()]
         edges = int(g["position"].isin([EDGE_UP, EDGE_DOWN]).sum())
         verdict = ("it brackets its optimum on every tuned axis" if not edges else
                    f"its optimum may lie beyond the grid on {edges} axis{'es' if edges > 1 else ''}")
+        planned = "" if g["extensions"].any() else "; the grid as first planned (no extension)"
         out.append(f"Grid {name}: its best trial {first['best_run']} ({first['selected_by']}): " + "; ".join(axes)
-                   + f"; {verdict}.")
+                   + f"; {verdict}{planned}.")
     return out
+
+
+def _after(row: Any) -> str:
+    """An axis's extensions, as its sentence says them (nothing when it has none)."""
+    n = int(row.extensions)
+    return f", after {n} extension{'s' if n > 1 else ''} (added {row.extended_with})" if n else ""
 
 
 def tuned_pairs(experiment: Experiment) -> list[TunedPair]:

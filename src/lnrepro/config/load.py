@@ -3,10 +3,10 @@
 Validation is two steps run together, once, when the config is loaded (by the Snakefile or the CLI): the JSON
 schema (``workflow/schemas/config.schema.yaml``, with the norm variants filled in from ``lnrepro.norms`` and the
 optimizers from ``lnrepro.optimizers``) and ``check_semantics`` for what a schema cannot say (cross-references,
-a decay epoch within the run's training, a width the heads divide, grid references and names, an after-warm-up
-run with warm-up, an earlier budget before the shortest run's last epoch, each split's scored epochs within every
-run's training). Selected runs may train different numbers of epochs (``train.epochs`` per run, as any run
-setting). Nothing downstream validates again.
+a decay epoch within the run's training, a width the heads divide, grid references, names and extensions (each
+among its grid's values), an after-warm-up run with warm-up, an earlier budget before the shortest run's last
+epoch, each split's scored epochs within every run's training). Selected runs may train different numbers of
+epochs (``train.epochs`` per run, as any run setting). Nothing downstream validates again.
 
 A grid (``grids:``) is expanded here, when runs are resolved, into runs named
 ``{base}__{key}={value}__...``; everything downstream sees them as runs. See docs/architecture.md.
@@ -82,14 +82,17 @@ def load_schema() -> dict:
     run_keys = [f"{section}.{key}" for section in RUN_SECTIONS for key in schema["$defs"][section]["properties"]]
     # A comparison studies a factor of the design or any run setting, dotted (optim.name).
     comparison["properties"]["factor"] = {"enum": [*FACTOR_KEYS, *run_keys]}
-    # A grid's keys are the run settings, dotted; each takes a list of what that setting takes.
-    values = schema["properties"]["grids"]["additionalProperties"]["properties"]["values"]
-    values["properties"] = {key: _grid_values_schema(key) for key in run_keys}
-    values["additionalProperties"] = False
+    # A grid's keys are the run settings, dotted; each takes a list of what that setting takes, in values and
+    # in extended (the values added later) alike.
+    grid = schema["properties"]["grids"]["additionalProperties"]["properties"]
+    for part in ("values", "extended"):
+        grid[part]["properties"] = {key: _grid_values_schema(key) for key in run_keys}
+        grid[part]["additionalProperties"] = False
     return schema
 
 
 def _grid_values_schema(key: str) -> dict:
+    """The schema of one grid key's list of values (``values`` and ``extended``): what the setting takes."""
     section, name = key.split(".")
     item: dict = {"$ref": f"#/$defs/{section}/properties/{name}"}
     if key == WARMUP_KEY:
@@ -188,7 +191,8 @@ def _check_analysis(config: dict, runs: dict[str, dict], resolved: dict[str, Run
 
 
 def _check_grids(config: dict) -> None:
-    """A grid's base is a run, its keys leave T_warmup's couplings alone, its run names are valid and new.
+    """A grid's base is a run, its keys leave T_warmup's couplings alone, its extensions are among its values,
+    its run names are valid and new.
 
     A name determines its run's settings (the base, and the value of each key: the last parts of the run
     settings' keys differ), so a name that two grids generate is one run (tests/test_config.py checks the
@@ -204,6 +208,7 @@ def _check_grids(config: dict) -> None:
         if coupled:
             raise LnReproError(f"{where}.values: {', '.join(sorted(coupled))} with {WARMUP_KEY}, which sets them "
                                "(T_anchor = T_warmup; T_warmup 0: no warm-up)")
+        _check_extended(grid, spec["values"], spec.get("extended", {}))
     for grid, grid_deltas in grid_runs(config).items():
         for name in grid_deltas:
             if not GRID_RUN_NAME.fullmatch(name):
@@ -211,6 +216,22 @@ def _check_grids(config: dict) -> None:
                                    "[A-Za-z0-9_.=-] (a float is written as 1.0e-3)")
             if name in runs:
                 raise LnReproError(f"config: grids.{grid} generates run {name!r}, which is also under runs:")
+
+
+def _check_extended(grid: str, values: dict[str, list], extended: dict[str, list]) -> None:
+    """Each key of a grid's ``extended`` is a key of its ``values``, and each value added is one of that key's
+    values, as its run names write it (``_name_text``: 8.0e-3 and 0.008 are one value, [5] is decay epoch 5)."""
+    key = f"grids.{grid}"
+    for name, added in extended.items():
+        if name not in values:
+            raise LnReproError(f"config: {key}.extended.{name}: not a key of {key}.values ({', '.join(values)}): "
+                               "an extension adds a value to a key the grid varies")
+        tried = [_name_text(v) for v in values[name]]
+        missing = [_name_text(v) for v in added if _name_text(v) not in tried]
+        if missing:
+            raise LnReproError(f"config: {key}.extended.{name}: {', '.join(missing)} not in {key}.values.{name} "
+                               f"({', '.join(tried)}): an extension is also one of the grid's values (add it there "
+                               "too)")
 
 
 def load_config(paths: Iterable[str | Path]) -> dict:

@@ -422,13 +422,16 @@ class GridSettings(Section):
 
     ``values`` maps dotted keys (``optim.lr_max``) to the values tried, ``seeds`` are the seeds every run of
     the grid trains (the experiment's unless the grid has its own), ``runs`` the grid's selected runs, in
-    the order of the combinations (the first key varies slowest).
+    the order of the combinations (the first key varies slowest). ``extended`` maps a key to the values added to
+    ``values`` after the grid's first run, one extension each, in the order they were added (empty: the grid as
+    first planned; issue 24).
     """
 
     base: str
     values: dict[str, tuple[Any, ...]]
     seeds: tuple[int, ...]
     runs: tuple[str, ...]
+    extended: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
