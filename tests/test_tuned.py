@@ -101,8 +101,8 @@ def test_bracket_table_and_sentences_from_the_grids():
     assert (t["extensions"] == 0).all() and (t["extended_with"] == "").all()  # the demo's grids: none extended
     words = tu.bracket_sentences(t)
     assert words[0] == (f"Grid tune_postln: its best trial {post[1]} (the lowest seed-mean valid_loss_base2 at epoch "
-                        "3): optim.lr_max 0.006 is the highest value tried (edge: extend upward) of 2 (0.0015; 0.006); "
-                        "schedule.warmup_updates 140 is the only value tried (not tuned) of 1 (140); its optimum may "
+                        "3): optim.lr_max 0.006 of 2 tried (0.0015; 0.006): the highest (edge: extend upward); "
+                        "schedule.warmup_updates 140 of 1 tried (140): the only one (not tuned); its optimum may "
                         "lie beyond the grid on 1 axis; the grid as first planned (no extension).")
     unscored = tu.bracket_table(preset, {"tune_postln": post[0]}, "x").set_index(["grid", "axis"])
     assert unscored.loc[("tune_preln", "optim.lr_max"), ["best_run", "position"]].tolist() == ["", tu.NOT_SCORED]
@@ -121,8 +121,25 @@ def test_brackets_say_how_many_extensions_were_needed():
     assert by.loc["tune_postln", ["extensions", "extended_with", "position"]].tolist() == [1, "0.006", tu.EDGE_UP]
     assert by.loc["tune_preln", ["extensions", "extended_with"]].tolist() == [2, "0.006; 0.0015"]
     words = tu.bracket_sentences(t)
-    assert words[0] == (f"Grid tune_postln: its best trial {post[1]} (x): optim.lr_max 0.006 is the highest value "
-                        "tried (edge: extend upward) of 2 (0.0015; 0.006), after 1 extension (added 0.006); its "
+    assert words[0] == (f"Grid tune_postln: its best trial {post[1]} (x): optim.lr_max 0.006 of 2 tried (0.0015; "
+                        "0.006): the highest (edge: extend upward), after 1 extension (added 0.006); its "
                         "optimum may lie beyond the grid on 1 axis.")
-    assert "of 2 (0.0015; 0.006), after 2 extensions (added 0.006; 0.0015);" in words[1]
+    assert "of 2 tried (0.0015; 0.006): the lowest (edge: extend downward), after 2 extensions (added 0.006; 0.0015);" \
+        in words[1]
     assert "first planned" not in " ".join(words)
+
+
+def test_a_grid_brackets_only_along_axes_with_an_order():
+    """A switch (True / False) has no order: the best of it brackets nothing, and a grid whose ordered axes are
+    bracketed says so for those alone."""
+    def sentence(*positions: str) -> str:
+        rows = [{"grid": "g", "axis": f"a{i}", "best_run": "r", "best_value": "v", "values": "v; w", "n_values": 2,
+                 "position": p, "selected_by": "x", "extensions": 0, "extended_with": ""}
+                for i, p in enumerate(positions)]
+        return tu.bracket_sentences(pd.DataFrame(rows))[0]
+
+    assert "it brackets its optimum on every tuned axis" in sentence(tu.BRACKETED, tu.ONE_VALUE)
+    assert "on every ordered axis (the others have no order)" in sentence(tu.BRACKETED, tu.UNORDERED)
+    assert "no axis has values on both sides" in sentence(tu.UNORDERED)
+    assert "a0 v of 2 tried (v; w): among values without an order (nothing to bracket)" in sentence(tu.UNORDERED)
+    assert "beyond the grid on 1 axis" in sentence(tu.EDGE_UP, tu.UNORDERED)

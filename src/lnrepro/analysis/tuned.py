@@ -123,21 +123,26 @@ def bracket_sentences(brackets: pd.DataFrame) -> list[str]:
         if first["position"] == NOT_SCORED:
             out.append(f"Grid {name}: no trial scored yet.")
             continue
-        words = {BRACKETED: "inside the values tried (bracketed)",
-                 EDGE_UP: "the highest value tried (edge: extend upward)",
-                 EDGE_DOWN: "the lowest value tried (edge: extend downward)",
-                 ONE_VALUE: "the only value tried (not tuned)", UNORDERED: "one of values without an order"}
-        axes = [f"{r.axis} {r.best_value} is {words[r.position]} of {r.n_values} ({r.values})" + _after(r)
+        words = {BRACKETED: "values on both sides tried (bracketed)", EDGE_UP: "the highest (edge: extend upward)",
+                 EDGE_DOWN: "the lowest (edge: extend downward)", ONE_VALUE: "the only one (not tuned)",
+                 UNORDERED: "among values without an order (nothing to bracket)"}
+        axes = [f"{r.axis} {r.best_value} of {r.n_values} tried ({r.values}): {words[r.position]}" + _after(r)
                 for r in g.itertuples()]
-        edges = int(g["position"].isin([EDGE_UP, EDGE_DOWN]).sum())
-        verdict = ("it brackets its optimum on every tuned axis" if not edges else
-                   f"its optimum may lie beyond the grid on {edges} axis{'es' if edges > 1 else ''}")
-        planned = "" if g["extensions"].any() else "; the grid as first planned (no extension)"
         out.append(f"Grid {name}: its best trial {first['best_run']} ({first['selected_by']}): " + "; ".join(axes)
-                   + f"; {verdict}{planned}.")
+                   + f"; {_bracket_verdict(g['position'])}"
+                   + ("" if g["extensions"].any() else "; the grid as first planned (no extension)") + ".")
     return out
 
 
+def _bracket_verdict(positions: pd.Series) -> str:
+    """Whether a grid brackets its optimum: on every axis with an order (the only ones that can bracket)."""
+    edges = int(positions.isin([EDGE_UP, EDGE_DOWN]).sum())
+    if edges:
+        return f"its optimum may lie beyond the grid on {edges} axis{'es' if edges > 1 else ''}"
+    if not (positions == BRACKETED).any():
+        return "no axis has values on both sides of the best to bracket it"
+    return ("it brackets its optimum on every tuned axis" if positions.isin([BRACKETED, ONE_VALUE]).all() else
+            "it brackets its optimum on every ordered axis (the others have no order)")
 def _after(row: Any) -> str:
     """An axis's extensions, as its sentence says them (nothing when it has none)."""
     n = int(row.extensions)
