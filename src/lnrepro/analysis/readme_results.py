@@ -79,23 +79,20 @@ def answer_section(report: Path) -> list[str]:
     return [f"**The answer at this scale** (`{ANSWER_MD}`, the report's Answer section):", "", body]
 
 
-def every_epoch(epochs: list[int]) -> list[int]:
-    return epochs
-
-
 def milestone_epochs(epochs: list[int]) -> list[int]:
     """The first two epochs, every fifth and the last: a long run's curve in a README-sized table."""
     return [e for e in epochs if e <= 2 or e % 5 == 0 or e == epochs[-1]]
 
 
-def figure4_section(report: Path, shown: Callable[[list[int]], list[int]] = every_epoch) -> list[str]:
-    """Figure 4's pair per epoch (``shown`` picks the epochs), then whether each run had stopped improving."""
+def figure4_section(report: Path, shown: Callable[[list[int]], list[int]] | None = None) -> list[str]:
+    """Figure 4's pair per epoch (``shown`` picks the epochs; default every one), then whether each run had
+    stopped improving."""
     runs, _ = _figure4_runs(report)
     per_epoch = _table(report, "run_epochs")
     header = ["epoch"] + [f"{run}: {label}" for run in runs for label in METRICS.values()]
     rows = []
     every = sorted(int(e) for e in per_epoch[per_epoch["run"].isin(runs)]["epoch"].unique())
-    for epoch in shown(every):
+    for epoch in shown(every) if shown else every:
         cells = [str(int(epoch))]
         for run in runs:
             r = per_epoch[(per_epoch["run"] == run) & (per_epoch["epoch"] == epoch)]
