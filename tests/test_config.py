@@ -455,6 +455,8 @@ LR_GRID = {"base": "postln_warmup_isqrt", "values": {"optim.lr_max": [1.0e-3, 2.
         ({"g": {"base": "preln_nowarmup_step8", "values": {"schedule.decay_epochs": [[6], [8]]},
                 "extended": {"schedule.decay_epochs": [[8], [10]]}}},
          r"grids.g.extended.schedule.decay_epochs: 10 not in grids.g.values.schedule.decay_epochs \(6, 8\)"),
+        ({"g": {**LR_GRID, "extended": {"optim.lr_max": [2.0e-3, 1.0e-3]}}},
+         r"grids.g.extended.optim.lr_max: every value of grids.g.values.optim.lr_max is listed as added later"),
         ({"g": {**LR_GRID, "extended": {"optim.lr_max": ["1e-3"]}}},  # its items validate as values' do
          r"key grids.g.extended.optim.lr_max.0: '1e-3' is not of type 'number'"),
     ],

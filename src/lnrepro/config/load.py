@@ -219,8 +219,9 @@ def _check_grids(config: dict) -> None:
 
 
 def _check_extended(grid: str, values: dict[str, list], extended: dict[str, list]) -> None:
-    """Each key of a grid's ``extended`` is a key of its ``values``, and each value added is one of that key's
-    values, as its run names write it (``_name_text``: 8.0e-3 and 0.008 are one value, [5] is decay epoch 5)."""
+    """Each key of a grid's ``extended`` is a key of its ``values``, each value added is one of that key's values,
+    as its run names write it (``_name_text``: 8.0e-3 and 0.008 are one value, [5] is decay epoch 5), and at least
+    one of them was in the grid's first run."""
     key = f"grids.{grid}"
     for name, added in extended.items():
         if name not in values:
@@ -232,6 +233,10 @@ def _check_extended(grid: str, values: dict[str, list], extended: dict[str, list
             raise LnReproError(f"config: {key}.extended.{name}: {', '.join(missing)} not in {key}.values.{name} "
                                f"({', '.join(tried)}): an extension is also one of the grid's values (add it there "
                                "too)")
+        if set(tried) <= {_name_text(v) for v in added}:
+            raise LnReproError(f"config: {key}.extended.{name}: every value of {key}.values.{name} is listed as added "
+                               "later: the values of the grid's first run are not extensions (list only those added "
+                               "after it)")
 
 
 def load_config(paths: Iterable[str | Path]) -> dict:
