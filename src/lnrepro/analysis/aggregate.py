@@ -261,8 +261,10 @@ def cost_spread_sentence(spread: pd.DataFrame) -> str:
                          f"{r[f'{name}_s_per_update_min']:.3g} to {r[f'{name}_s_per_update_max']:.3g} s)")
     if not parts:
         return ""
-    return ("Seeds of one run do the same work, yet differed " + " and ".join(parts) + ". Wall-clock moves with "
-            "what else runs on the machine, so the report compares equal cost in CPU-seconds of training.")
+    return ("Seeds of one run do the same work, yet differed " + " and ".join(parts) + ". CPU time leaves out the "
+            "time a job waits for a core but not the slowdown of sharing one with another job; the report compares "
+            "equal cost in CPU-seconds of training, and a difference in cost between runs smaller than these "
+            "spreads is within what the machine itself varies.")
 
 
 def execution_facts(results: Results, experiment: Experiment) -> dict[str, dict[str, Any]]:
