@@ -227,13 +227,13 @@ def _check_extended(grid: str, values: dict[str, list], extended: dict[str, list
         if name not in values:
             raise LnReproError(f"config: {key}.extended.{name}: not a key of {key}.values ({', '.join(values)}): "
                                "an extension adds a value to a key the grid varies")
-        tried = [_name_text(v) for v in values[name]]
-        missing = [_name_text(v) for v in added if _name_text(v) not in tried]
+        tried, named = [_name_text(v) for v in values[name]], [_name_text(v) for v in added]
+        missing = [v for v in named if v not in tried]
         if missing:
             raise LnReproError(f"config: {key}.extended.{name}: {', '.join(missing)} not in {key}.values.{name} "
                                f"({', '.join(tried)}): an extension is also one of the grid's values (add it there "
                                "too)")
-        if set(tried) <= {_name_text(v) for v in added}:
+        if set(tried) <= set(named):
             raise LnReproError(f"config: {key}.extended.{name}: every value of {key}.values.{name} is listed as added "
                                "later: the values of the grid's first run are not extensions (list only those added "
                                "after it)")
