@@ -2,7 +2,7 @@
 (200 tokens) and at ``a x source length + b``, in CPU seconds and tokenized BLEU, one thread.
 
 A model that has not learned to end a sentence (a failed run; any run's first epoch) decodes every sentence to
-the limit, so its scoring costs several times a trained model's (issue 21; presets/study-cpu.yaml, eval):
+the limit, so its scoring costs several times a trained model's (presets/study-cpu.yaml, eval):
 
     python benchmarks/decode_length_limit.py --bpe results/study-cpu/data/bpe --prepared results/study-cpu/data/prepared \
         --weights results/study-cpu/runs/postln_nowarmup_isqrt/seed1/state/epochs/epoch001.pt --a 2 --b 10

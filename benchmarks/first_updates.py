@@ -10,7 +10,7 @@ The model, optimizer and schedule are the paper config's (config.yaml) unless a 
 
 ``--summary 50 100 200`` prints instead one row per run: its loss at those updates and whether it diverged
 (a non-finite loss or one above train.diverge_loss: the loop's "diverged" record), e.g. every variant with and
-without warm-up at the CPU study's size (issue 23):
+without warm-up at the CPU study's size:
 
     python benchmarks/first_updates.py --bpe results/study-cpu/data/bpe --configfile presets/study-cpu.yaml \
         --out /tmp/first200 --updates 200 --log-every 10 --precision bf16 --summary 50 100 200 --runs \

@@ -1,4 +1,4 @@
-"""The training update at the CPU study's size: what bounds it, and what each of issue 21's levers buys.
+"""The training update at the CPU study's size: what bounds it, and what each lever buys.
 
 ``--scaling``: tokens/s of the project's update (``train_step``) on real batches of growing ``max_tokens``: flat
 from 1,024 tokens on means the update is bound by the work per token, not by the number of operations (so

@@ -222,7 +222,7 @@ def cpu_name() -> str:
 
 def process_cpu_s() -> float:
     """CPU-seconds (user + system) this process has used since it started, its imports included: what a job
-    costs beside its wall-clock, which moves with whatever else runs on the machine (issue 21)."""
+    costs beside its wall-clock, which moves with whatever else runs on the machine."""
     import resource
 
     usage = resource.getrusage(resource.RUSAGE_SELF)

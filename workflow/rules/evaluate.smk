@@ -2,7 +2,7 @@
 # checkpoint of that group in one process (validation loss, decoding, both BLEU kinds, each split with its own
 # decoding) and writes one score file per checkpoint. One process, not one per checkpoint: each job's start
 # (Python, torch, the splits) cost about 3.5 CPU-seconds, as much as scoring a Multi30k checkpoint greedily
-# (docs/measurements.md, issue 21). Training writes every epoch manifest at its end, so no scoring could start
+# (docs/measurements.md). Training writes every epoch manifest at its end, so no scoring could start
 # earlier. A rule's outputs are fixed patterns, so each group is one rule over its epochs: its outputs are
 # exactly its splits' hypotheses and it reads its group's slice; runs of different lengths have their own rules
 # (LENGTH, common.smk). Every variant is sized, logged and benchmarked as score_checkpoint.

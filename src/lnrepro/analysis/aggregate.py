@@ -216,7 +216,7 @@ def wallclock_table(results: Results, epochs: pd.DataFrame, curves: pd.DataFrame
             "wall_s_all_attempts": _num(_field(summary, "wall_s_all_attempts")),
             "tokens_per_s": tps, "attempts": attempts,
             "eval_wall_s": g["eval_wall_s"].sum(min_count=1) if len(g) else math.nan,
-            # CPU-seconds beside the wall-clock (issue 21): equal work costs equal CPU time, whatever else ran
+            # CPU-seconds beside the wall-clock: equal work costs equal CPU time, whatever else ran
             "train_cpu_s": cpu,
             "cpu_s_per_update": cpu / updates if updates and not math.isnan(updates) else math.nan,
             "cpu_s_all_attempts": _num(_field(summary, "cpu_s_all_attempts")),

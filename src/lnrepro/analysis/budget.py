@@ -5,8 +5,8 @@ target tokens in every cell: an epoch is a fixed training budget. The report com
 epoch, at an earlier epoch (``analysis.report.budget_epoch``; default three quarters of the training), at
 equal training CPU time (each seed's scores interpolated linearly between its checkpoints' cumulative
 training CPU-seconds, at the largest time every finished seed reached), and by the epochs and CPU time each
-seed needs to reach ``target_fraction`` of the best seed-mean BLEU. Equal cost is CPU time, not wall-clock
-(issue 21): the same work took up to 37% more wall-clock in one seed than in another of the same run, from what
+seed needs to reach ``target_fraction`` of the best seed-mean BLEU. Equal cost is CPU time, not wall-clock:
+the same work took up to 37% more wall-clock in one seed than in another of the same run, from what
 else ran on the machine at the time; the report shows that spread beside the CPU time (``cost_spread``).
 
 A seed's outcome at a budget is ``ok``, ``diverged`` or ``stopped`` (left out of the fits, counted in the

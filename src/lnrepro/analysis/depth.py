@@ -1,4 +1,4 @@
-"""The depth study (issue 25): which norm variants train at which depth, with and without warm-up (one job: the
+"""The depth study: which norm variants train at which depth, with and without warm-up (one job: the
 depth section's tables, from the aggregate and the study).
 
 A cell is a selected run: a variant (``model.norm``) at a depth (``model.encoder_layers``; the presets give the
@@ -259,7 +259,7 @@ def confound_table(experiment: Experiment) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CONFOUND_COLUMNS)
 
 
-# --- the claims of the references (issue 25), each directional: (id, claim, source, scale, what is measured)
+# --- the claims of the references, each directional: (id, claim, source, scale, what is measured)
 
 SCALE_WMT = "WMT En-De/En-Fr, width 512-1024, 6-18 (Liu et al.) up to 100+ layers"
 # A rate claim: the runs' cell (variant, warmup, depth) and the side of the claimed direction; "than" another
@@ -279,7 +279,7 @@ DEPTH_CLAIMS: tuple[dict[str, Any], ...] = (
      "warm-up", "scale": "enwik8 language modelling, up to 128 layers", "cell": ("rezero", False, "deep"),
      "than": 0.5, "side": -1},
     *({"id": f"depth_prenofinal_vs_{base}", "claim": f"Pre-LN without its final LayerNorm against {NORMS[base].label}"
-       ", without warm-up at 18 layers (failure rate difference)", "source": "no published number (issue 25)",
+       ", without warm-up at 18 layers (failure rate difference)", "source": "no published number",
        "scale": "", "cell": ("pre_nofinal", False, "deep"), "than": (base, False, "deep"), "side": 0}
       for base in ("pre", "post")),
 )
@@ -340,7 +340,7 @@ def _exponent_rows(fit: pd.DataFrame | None) -> list[dict[str, Any]]:
                        f"{top.loc[n, 'b_high']:.3f}]" for n in ("pre", "post") if n in top.index)
     return [{"id": "depth_prenofinal_gradinit", "claim": "Pre-LN without its final LayerNorm at initialization: "
              "its last decoder layer's W2 gradient against depth, like Pre-LN's (b = -0.5) or Post-LN's (b = 0)?",
-             "source": "no published number (issue 25); Theorem 1 for Pre-LN and Post-LN", "scale": "",
+             "source": "no published number; Theorem 1 for Pre-LN and Post-LN", "scale": "",
              "measured_as": f"exponent b of the fit over depths ({r['depths']}); {others}", "measured": r["b"],
              "ci_low": r["b_low"], "ci_high": r["b_high"], "n_seeds": str(r["seeds"]), "status": OPEN, "note": ""}]
 

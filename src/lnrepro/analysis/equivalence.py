@@ -1,4 +1,4 @@
-"""Whether Figure 4's arms end as good as each other (one job: the equivalence tests at the last epoch, issue 24).
+"""Whether Figure 4's arms end as good as each other (one job: the equivalence tests at the last epoch).
 
 For ``comparisons.figure4``'s runs (``answer.figure4_pair``: the first, Post-LN with warm-up, is arm a; the
 second, Pre-LN without warm-up, arm b), per metric of ``analysis.report.equivalence_margins`` (tokenized BLEU,

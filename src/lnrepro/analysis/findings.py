@@ -1,6 +1,6 @@
 """The Findings section's sentences, in the order a reader needs them (one job: sentences from computed tables).
 
-Issue 22's order: Figure 4's gap (the Answer section above gives the time to quality and its decomposition; this
+The order: Figure 4's gap (the Answer section above gives the time to quality and its decomposition; this
 opens with the gap itself so that the list reads alone), then Figure 4's confounds and the controlled
 comparisons that separate them, with their numbers (the simple effects of ``effects.SIMPLE``: one factor with
 another held, because a main effect averaged over a cell that did not train answers no question), then stability

@@ -1,7 +1,7 @@
 """The README's "Results" section, generated from published reports' tables so the two cannot drift apart.
 
 The section has one part per published study (``PARTS``): the factorial study (``study``), the end point of
-Figure 4's pair (``endpoint``, issue 24) and the depth study (``depth``, issue 25), each between its own two
+Figure 4's pair (``endpoint``) and the depth study (``depth``), each between its own two
 markers. ``lnrepro readme-results --part endpoint --report published/endpoint-cpu`` rewrites one part from that
 report's CSV tables (tables/*.csv, docs/outputs.md), led by its Answer sentences (answer.md) where the report has
 them; ``--check`` only compares and fails when the README differs (tests/test_readme_results.py runs it on each
@@ -129,8 +129,8 @@ def convergence_sentence(report: Path, runs: list[str]) -> str:
 
 
 def plateau_sentence(report: Path, runs: list[str]) -> str:
-    """Whether each Figure 4 run had stopped improving: the convergence table's slope, or in a report written
-    before it (plateau.csv) its last three epochs' spread."""
+    """Whether each Figure 4 run had stopped improving: the convergence table's slope, or in a report with
+    plateau.csv in its place (the published CPU study) its last three epochs' spread."""
     if (report / "tables" / "convergence.csv").is_file():
         return convergence_sentence(report, runs)
     plateau = _table(report, "plateau").set_index("run")
@@ -169,7 +169,7 @@ def effects_section(report: Path) -> list[str]:
 
 def divergence_section(report: Path) -> list[str]:
     fail = _table(report, "failures")
-    new = "n_did_not_train" in fail.columns  # a report before issue 22 counted a BLEU floor instead
+    new = "n_did_not_train" in fail.columns  # the published CPU study's counts a BLEU floor
     col, head = (("n_did_not_train", "did not train (far from the best run's BLEU or NLL)") if new
                  else ("n_below_floor", "finished below the BLEU floor"))
     rows = [[r["run"], f"{int(r['n_diverged'])} of {int(r['n_seeds'])}", str(int(r[col]))]

@@ -3,7 +3,7 @@
 Each grid's best run is the one with the lowest seed-mean validation loss at the last epoch (the selection
 never sees the test split). Per axis of a grid (a key it varies), the best run's value is ``bracketed`` when
 values on both sides of it were tried, and at an edge of the grid otherwise (``edge: extend upward`` at the
-highest value tried, ``edge: extend downward`` at the lowest): the optimum may lie beyond (issue 24). Two grids
+highest value tried, ``edge: extend downward`` at the lowest): the optimum may lie beyond. Two grids
 are compared when their bases are the two runs of a configured comparison and they try the same number of
 settings (an equal tuning budget for both arms); the comparison is on the test split, as the difference of the two
 tuned runs' seed means with Welch's 95% interval, and it enters the confound table as a comparison of its own

@@ -1,4 +1,4 @@
-"""The variants beyond the paper's two (issue 23): each selected run of another ``model.norm`` against the Post-LN
+"""The variants beyond the paper's two: each selected run of another ``model.norm`` against the Post-LN
 and the Pre-LN run of an equal schedule, never folded into the 2x2x2 fit (``effects.code`` leaves them out).
 
 A base is the selected run whose resolved settings (``Experiment.runs``, flattened to dotted keys) equal the

@@ -1,4 +1,4 @@
-"""Seed-trainings against another commit's own ``lnrepro train``: issue 21's measure of the training's cost.
+"""Seed-trainings against another commit's own ``lnrepro train``: the training's cost as a user pays it.
 
 A seed-training is one run and seed trained for the study's epochs. Each commit writes the run's config.json
 with its own configuration layer (``load_config`` of its config.yaml, ``presets/study-cpu.yaml`` and an overlay

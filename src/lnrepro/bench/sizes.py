@@ -42,7 +42,7 @@ SIZES: dict[str, Size] = {
     # config.yaml defaults: transformer_iwslt_de_en
     "paper": Size("paper", 10000, {"encoder_layers": 6, "decoder_layers": 6, "d_model": 512, "heads": 4,
                                    "ffn_dim": 1024}, "paper: 6+6 layers, d_model 512, 4 heads, FFN 1024"),
-    # presets/study-cpu.yaml: the published CPU study (issue 21: the size this machine trains), 2,048-token batches
+    # presets/study-cpu.yaml: the published CPU study (the size a 2-core CPU trains), 2,048-token batches
     "study": Size("study", 4000, {"encoder_layers": 6, "decoder_layers": 6, "d_model": 64, "heads": 4,
                                   "ffn_dim": 128}, "CPU study preset: 6+6 layers, d_model 64, 4 heads, FFN 128, "
                                   "2,048-token batches", max_tokens=2048),

@@ -389,7 +389,7 @@ class ReportSettings(Section):
 
     budget_epoch: int | None = None  # the earlier budget; None: three quarters of the training (15 of 20)
     target_fraction: float = 0.95  # updates-to-target: the first epoch at this fraction of the best BLEU
-    # --- the report's statistical rules (issue 22; each printed where the report uses it)
+    # --- the report's statistical rules (each printed where the report uses it)
     # a finished seed "did not train" at an epoch budget when its BLEU is below this fraction of the best run's
     # seed-mean BLEU there, or its validation NLL above this multiple of the best run's seed-mean NLL there
     failure_bleu_fraction: float = 0.5
@@ -404,9 +404,9 @@ class ReportSettings(Section):
     quality_fractions: tuple[float, ...] = (0.5, 0.75, 0.9)  # targets: these fractions of the lower arm's final quality
     useful_fraction: float = 0.5  # a lower arm below this fraction of the higher arm's final quality has failed
     sign_horizon: int = 5  # the final gap could change sign: smaller than this many epochs of either arm's slope
-    equivalence_margins: EquivalenceMargins = EquivalenceMargins()  # issue 24: the end point's equivalence tests
+    equivalence_margins: EquivalenceMargins = EquivalenceMargins()  # the end point's equivalence tests
     # run -> reference run: the failure rule judges the run against the reference's seed means at the same epoch
-    # instead of the best run's (issue 24: Post-LN without warm-up at lr 5e-4 against Post-LN with warm-up at 5e-4)
+    # instead of the best run's (e.g. Post-LN without warm-up at lr 5e-4 against Post-LN with warm-up at 5e-4)
     failure_reference: dict[str, str] = field(default_factory=dict)
 
 
@@ -424,7 +424,7 @@ class GridSettings(Section):
     the grid trains (the experiment's unless the grid has its own), ``runs`` the grid's selected runs, in
     the order of the combinations (the first key varies slowest). ``extended`` maps a key to the values added to
     ``values`` after the grid's first run, one extension each, in the order they were added (empty: the grid as
-    first planned; issue 24).
+    first planned).
     """
 
     base: str
