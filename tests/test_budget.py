@@ -94,7 +94,7 @@ def test_cell_table_intervals_only_from_two_seeds():
 
 
 def test_bleu_intervals_stay_inside_0_and_100():
-    """A BLEU's interval is the t interval of its empirical logit, transformed back (issue 22: never below 0);
+    """A BLEU's interval is the t interval of its empirical logit, transformed back (never below 0);
     "t" cuts the plain t interval at the bounds; a mean far from the bounds gets about the t interval."""
     near0 = [0.0, 0.4, 2.1]
     mean, sd, lo, hi = bu.mean_interval(near0, bounds=bu.BLEU_BOUNDS)
@@ -144,7 +144,7 @@ def test_failure_is_relative_to_the_best_run_on_bleu_and_nll():
 
 def test_failure_judged_against_a_named_reference():
     """analysis.report.failure_reference: a run listed there is judged against its reference's seed means at the
-    same epoch, not the best run's (issue 24: Post-LN without warm-up at the paper's lr against Post-LN with
+    same epoch, not the best run's (e.g. Post-LN without warm-up at the paper's lr against Post-LN with
     warm-up at it); a reference without a finished seed leaves the run without a fate."""
     slow = pd.DataFrame([{"run": run, "seed": seed, "epoch": 4, "status": "ok", "valid_bleu_tok": b + seed,
                           "valid_nll_base2": n} for run, b, n in (("w", 10, 5.0), ("nw", 8, 5.5), ("x", 1, 9.0))
@@ -171,7 +171,7 @@ def test_failure_judged_against_a_named_reference():
 
 
 def test_failure_rule_on_the_published_study():
-    """Issue 22: at epoch 10 of the published CPU study every seed of the two Post-LN cells without warm-up did
+    """At epoch 10 of the published CPU study every seed of the two Post-LN cells without warm-up did
     not train (0.0-4.8 BLEU) and every other seed trained (21.5-32.4)."""
     tables = Path(__file__).resolve().parents[1] / "published" / "study-cpu" / "tables"
     if not (tables / "epochs.csv").is_file():

@@ -112,7 +112,7 @@ EXPONENT = {"kind": "relative", "published": 0, "competing": -0.5}
     (LIU, cl.Measured(35.6, n_seeds=1), "inconclusive"),
     (LIU, cl.Measured(35.6, 35.0, 36.0, 5, meets_setup=False), "reference, not compared"),
     (LIU, cl.Measured(35.6, 35.0, 36.0, 5, scale="multi30k", at_scale=False), "not measured at this scale"),
-    # a measure in steps of 1/8 cannot resolve +-0.0333 (issue 22), nor one that bounds the value from one side
+    # a measure in steps of 1/8 cannot resolve +-0.0333, nor one that bounds the value from one side
     ({"kind": "relative", "published": 0.6, "tolerance": 0.0333}, cl.Measured(0.5, 0.5, 0.5, 3, resolution=0.125),
      "inconclusive"),
     ({"kind": "relative", "published": 0.6, "tolerance": 0.0333}, cl.Measured(0.6, 0.59, 0.61, 3, unresolved="x"),

@@ -107,7 +107,7 @@ def test_groups_and_slices_of_per_split_settings(paper: dict) -> None:
     assert e.scoring(("valid", "test")).splits["test"].beam == 5
 
 
-# The Figure 4 pair trains 30 epochs, every other selected run the paper's 20 (issue 24's end point).
+# The Figure 4 pair trains 30 epochs, every other selected run the paper's 20 (as in the end-point preset).
 LONGER_PAIR = {"runs": {run: {"train": {"epochs": 30}} for run in ("postln_warmup_isqrt", "preln_nowarmup_step8")}}
 
 

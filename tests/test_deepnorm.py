@@ -41,7 +41,7 @@ def test_description():
 
 
 def test_constants_of_the_encoder_decoder_rule():
-    # the (and the paper's) 6+6 values
+    # the paper's 6+6 values
     assert deepnorm_constants("encoder", 6, 6) == pytest.approx((1.418, 0.497), abs=5e-4)
     assert deepnorm_constants("decoder", 6, 6) == pytest.approx((2.060, 0.343), abs=5e-4)
     n, m = 4, 7

@@ -117,7 +117,7 @@ def report(tmp_path_factory):
 
 def test_wilson_intervals_and_the_smallest_resolved_difference():
     rate, lo, hi = dp.wilson(0, 3)
-    assert (rate, lo, hi) == (0.0, 0.0, pytest.approx(0.5615, abs=1e-4))  # the issue's [0, 0.56]
+    assert (rate, lo, hi) == (0.0, 0.0, pytest.approx(0.5615, abs=1e-4))  # [0, 0.56]
     assert dp.wilson(3, 3)[1:] == (pytest.approx(0.4385, abs=1e-4), pytest.approx(1.0))  # [0.44, 1]
     assert dp.wilson(1, 2)[0] == 0.5 and all(math.isnan(v) for v in dp.wilson(0, 0))
     # three seeds a cell: only all against none (a difference of 1) has a Newcombe interval excluding 0

@@ -1,4 +1,4 @@
-"""presets/depth-cpu.yaml (issue 25): six variants x depth 6 and 18 x warm-up on and off, three seeds, the CPU
+"""presets/depth-cpu.yaml: six variants x depth 6 and 18 x warm-up on and off, three seeds, the CPU
 study's width, batch and lr_max; runs of different depths in one experiment; the valid-BLEU floor of test."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def loaded() -> dict:
     return cfg.load_config([REPO / "config.yaml", PRESET])
 
 
-def test_the_preset_is_the_issues_design(loaded: dict) -> None:
+def test_the_preset_is_the_depth_design(loaded: dict) -> None:
     x, study = cfg.experiment(loaded), cfg.experiment(cfg.load_config([REPO / "config.yaml",
                                                                        REPO / "presets" / "study-cpu.yaml"]))
     assert set(SHORT) == set(NORMS)

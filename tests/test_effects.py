@@ -145,7 +145,7 @@ def test_design_one_run_per_cell():
 
 
 def test_cell_covariance_is_welch_with_welch_satterthwaite_df():
-    """Unequal spreads (issue 22): with the default covariance each estimate's variance is sum(w^2 s_i^2 / n_i)
+    """Unequal spreads: with the default covariance each estimate's variance is sum(w^2 s_i^2 / n_i)
     over the cells (Welch's variance of a contrast of cell means) with the Welch-Satterthwaite degrees of freedom;
     "hc3" inflates each cell's variance by n/(n-1); "pooled" is the OLS interval with the residual df."""
     spread = {c: (2.0 if c == "-1-1-1" else 0.1) for c in CELLS["run"]}  # one cell spreads 20x the others

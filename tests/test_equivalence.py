@@ -1,4 +1,4 @@
-"""The end point's equivalence tests of Figure 4's arms (lnrepro.analysis.equivalence, issue 24) on fabricated seed
+"""The end point's equivalence tests of Figure 4's arms (lnrepro.analysis.equivalence) on fabricated seed
 values: the resolution arithmetic, the three verdicts, the direction of the difference, an arm that failed."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def table(epochs: pd.DataFrame, experiment=DEMO) -> pd.DataFrame:
 
 
 def test_resolution_arithmetic():
-    """Issue 24's example: five seeds per arm and a seed standard deviation of 0.75 BLEU give a 90% half-width near
+    """Five seeds per arm and a seed standard deviation of 0.75 BLEU give a 90% half-width near
     0.9, so a margin of 1 BLEU establishes equivalence only for a true difference under about 0.1."""
     half = eq.expected_half_width(0.75, 5, 5)
     assert half == pytest.approx(stats.t.ppf(0.95, 8) * 0.75 * math.sqrt(2 / 5))

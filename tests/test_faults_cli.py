@@ -1,4 +1,4 @@
-"""Fault suite, command line (issue 20): a bad number on any subcommand is argparse's one-line usage error
+"""Fault suite, command line: a bad number on any subcommand is argparse's one-line usage error
 naming the option, never a traceback from deep inside a stage."""
 
 from __future__ import annotations

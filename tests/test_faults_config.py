@@ -1,4 +1,4 @@
-"""Fault suite, configuration (issue 13): each fault is a config layer a user could write, loaded as the
+"""Fault suite, configuration: each fault is a config layer a user could write, loaded as the
 workflow loads it; the outcome is one LnReproError line naming the key and what was expected, or, through a
 real ``snakemake -n``, one WorkflowError line and no traceback. Also: the workflow run from another folder.
 
@@ -109,7 +109,7 @@ def test_a_config_fault_is_one_message_naming_the_key(tmp_path: Path, fault: str
     {"analysis": {"gradinit": {"after_warmup_run": None}}},
     # Named, but not selected: not measured (the rule is left out), so its schedule does not matter.
     {"analysis": {"gradinit": {"after_warmup_run": "preln_nowarmup_step8"}}, "select": ["postln_warmup_isqrt"]},
-    # A grid run judged against another grid run (issue 24's Post-LN runs at the paper's learning rate).
+    # A grid run judged against another grid run (as the end-point preset's Post-LN runs at the paper's learning rate).
     {"analysis": {"report": {"failure_reference": {"postln_warmup_isqrt__lr_max=6.0e-3__warmup_updates=140":
                                                    "postln_warmup_isqrt__lr_max=1.5e-3__warmup_updates=140"}}}},
 ], ids=["decay at the last epoch", "budget before the last epoch", "no after-warm-up run", "unselected",
@@ -118,7 +118,7 @@ def test_the_edges_of_the_new_checks_are_accepted(tmp_path: Path, layer: dict) -
     cfg.experiment(cfg.load_config([REPO / "config.yaml", DEMO, _layer(tmp_path, layer)]))
 
 
-def test_report_settings_of_issue_24_typed_with_their_defaults(tmp_path: Path) -> None:
+def test_equivalence_margins_and_failure_references_typed_with_their_defaults(tmp_path: Path) -> None:
     """A margin the config gives replaces its default only; the references are carried as given."""
     report = cfg.experiment(cfg.load_config([REPO / "config.yaml", DEMO])).analysis.report
     assert (report.equivalence_margins.bleu_tok, report.equivalence_margins.nll_base2) == (1.0, 0.05)
@@ -183,7 +183,7 @@ def test_relative_paths_resolve_in_the_working_directory(tmp_path: Path) -> None
     assert not (REPO / "results" / "elsewhere").exists()
 
 
-# Names that would escape results/ or break a rule's shell command (issue 20): every one is refused at load.
+# Names that would escape results/ or break a rule's shell command: every one is refused at load.
 HOSTILE_NAMES = ["..", ".", "-x", "a b", "a/b", "a;b", "$(id)", "a*b", "a'b", "tab\there", ""]
 
 

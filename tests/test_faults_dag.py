@@ -1,4 +1,4 @@
-"""Faults and reruns at the level of the DAG (issue 13), on a two-run, two-epoch selection of the demo
+"""Faults and reruns at the level of the DAG, on a two-run, two-epoch selection of the demo
 (conftest.DEMO_PAIR, run once per session by the ``demo_pair_run`` fixture; a test that changes it works on a
 copy): what a second ``snakemake``, a changed setting or a forced rerun does, a divergence, and a SIGKILL of
 ``snakemake`` itself. Reruns are read from ``snakemake -n``'s job list; results are compared with the clean
@@ -218,7 +218,7 @@ def test_divergence_is_recorded_the_dag_completes_and_the_report_shows_it(demo_p
     assert "diverged" in (run.exp_dir / "report" / "index.html").read_text()
 
 
-# ---- a run's config.json edited by hand (issue 20) -----------------------------------------------------------
+# ---- a run's config.json edited by hand ----------------------------------------------------------------------
 
 
 def test_a_hand_edited_run_config_is_refused_and_forcerun_write_run_config_restores_the_run(demo_pair_run, tmp_path):
@@ -250,8 +250,8 @@ def test_a_hand_edited_run_config_is_refused_and_forcerun_write_run_config_resto
 
 def test_max_tokens_shorter_than_a_pair_keeps_the_finished_runs_and_reverting_it_retrains_nothing(demo_pair_run,
                                                                                                    tmp_path):
-    """train.max_tokens 16 (issue 20): every training stops with the message before its finished state is
-    touched; reverting the setting writes the finished trainings' outputs again, without training."""
+    """train.max_tokens 16 (shorter than the demo's longest pair): every training stops with the message before
+    its finished state is touched; reverting the setting writes the finished trainings' outputs again, without training."""
     run = copy_run(demo_pair_run, tmp_path)
     states = {p.relative_to(run.exp_dir): file_sha256(p) for p in sorted(run.exp_dir.glob("runs/*/seed*/state/**/*"))
               if p.is_file() and p.name != "lock"}

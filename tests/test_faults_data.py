@@ -1,4 +1,4 @@
-"""Fault suite, data (issue 13): each fault is a real damaged file on disk, read by the stage that meets it
+"""Fault suite, data: each fault is a real damaged file on disk, read by the stage that meets it
 first; the outcome is one LnReproError naming the file (and line) and what was expected, with nothing written
 that a later stage could take for finished output.
 

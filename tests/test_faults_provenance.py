@@ -1,5 +1,5 @@
-"""Results bound to the inputs that made them, and no finished work lost to a bad setting (issue 20, items 1
-and 2), through the real ``lnrepro train`` and ``lnrepro evaluate`` command lines on a tiny run: a config.json
+"""Results bound to the inputs that made them, and no finished work lost to a bad setting,
+through the real ``lnrepro train`` and ``lnrepro evaluate`` command lines on a tiny run: a config.json
 edited by hand, a BPE folder of another experiment, a setting the data cannot meet on a finished run, a change
 of inputs and back, a resume under another thread count. Each fault is triggered for real and its outcome
 asserted: the message, the finished state untouched (digests of its files), the rerun equal to a clean run.
@@ -98,7 +98,7 @@ def test_a_hand_edited_config_is_refused_before_anything_is_touched(finished, bp
     resolved = hashlib.sha256(cfg.read_bytes()).hexdigest()  # what the experiment resolves the run to
     before, first = snapshot(run), outputs(run)
     settings = json.loads(cfg.read_text())
-    settings["optim"]["lr_max"] = 1e-4  # the edit of issue 20
+    settings["optim"]["lr_max"] = 1e-4  # an edit by hand
     cfg.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
     proc = train(run, cfg, bpe, sha=resolved)
     assert proc.returncode == 1
@@ -190,7 +190,7 @@ def test_evaluate_refuses_encoded_splits_not_made_with_the_model(finished, bpe, 
 ])
 def test_a_setting_the_data_cannot_meet_leaves_the_finished_run_whole(finished, bpe, tmp_path, section, key,
                                                                       message):
-    """Shorter than the longest pair (issue 20: 16 on the demo): refused before the finished state is touched;
+    """Shorter than the longest pair (16 on the demo): refused before the finished state is touched;
     reverting the setting writes the finished run's outputs again without training."""
     run, cfg = copy_finished(finished, tmp_path)
     before, first = snapshot(run / "state"), outputs(run)

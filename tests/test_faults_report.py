@@ -1,4 +1,4 @@
-"""Fault suite, report (issue 20): a report that cannot be written leaves the previous one whole, with one
+"""Fault suite, report: a report that cannot be written leaves the previous one whole, with one
 message naming the path; under Snakemake (which deletes the declared page and figures first) the tables end
 wholly old."""
 

@@ -1,4 +1,4 @@
-"""The training fault suite (issue 13): each test injects one real fault into a tiny run — a SIGKILL, a full file
+"""The training fault suite: each test injects one real fault into a tiny run — a SIGKILL, a full file
 system, a truncated or bit-flipped state, a second trainer, deleted outputs of a finished run, a huge learning
 rate — and asserts the outcome: the result of an uninterrupted run, byte for byte, or one message naming the file.
 """

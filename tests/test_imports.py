@@ -1,4 +1,4 @@
-"""The package's import graph has no cycle (issue 19, item 6): an ast walk of src/lnrepro that counts every
+"""The package's import graph has no cycle: an ast walk of src/lnrepro that counts every
 import, at module level, inside functions and under ``TYPE_CHECKING`` alike, so a back edge cannot hide."""
 
 from __future__ import annotations

@@ -297,12 +297,12 @@ def test_findings_open_the_page_and_come_from_the_tables(report):
     text = index.read_text()
     assert re.findall(r'<h2 id="([a-z0-9]+)">', text)[:8] == [
         "answer", "findings", "run", "figure4", "effects", "tuned", "variants", "claims"]
-    # the Answer comes before the table of contents: the first screen answers (issue 22)
+    # the Answer comes before the table of contents: the first screen answers
     assert text.index('<h2 id="answer">') < text.index('<a href="#answer">') < text.index('<h2 id="findings">')
     assert '<h2 id="deviations">' not in text and '<h2 id="assumptions">' in text
     claims = pd.read_csv(exp_dir / "report" / "tables" / "claims.csv")
     section = _section(text, "findings")
-    # issue 22's order: the gap, the confounds and controlled comparisons, stability and failures, the claims,
+    # the order: the gap, the confounds and controlled comparisons, stability and failures, the claims,
     # the absolute numbers of the paper's scale last
     heads = [html.unescape(h) for h in re.findall(r"<h3>(.*?)</h3>", section)]
     assert heads[0].startswith("The gap: ") and heads[1:] == [
@@ -743,7 +743,7 @@ def test_learning_rates_from_train_jsonl(tmp_path, drawn):
     plots.plot_learning_rates(lrs, Path("lr.png"), experiment=exp)
     plots.plot_learning_rates(lrs.iloc[0:0], Path("lr.png"))
     full, empty = drawn
-    # faceted by schedule (issue 22: no panel overplots runs with repeated colours), log scale
+    # faceted by schedule (no panel overplots runs with repeated colours), log scale
     titles = [ax.get_title() for ax in full.axes]
     want = list(dict.fromkeys(plots._schedule_panel(exp, r) for r in dict.fromkeys(lrs["run"])))
     assert titles == want and len(titles) > 1

@@ -116,7 +116,7 @@ def test_report_opens_in_chromium_with_every_image(chromium: str, demo_run: Demo
     assert sorted(i["src"] for i in probe["images"]) == sorted(f"figures/{f}" for f in FIGURES.values())
     assert [i["src"] for i in probe["images"] if not i["ok"]] == []
     assert probe["errors"] == []
-    # the first screen answers (issue 22): right after the title, the Answer section and its figure, then the
+    # the first screen answers: right after the title, the Answer section and its figure, then the
     # table of contents and the other sections
     assert probe["order"][:5] == ["h1", "h2#answer", f"img figures/{FIGURES['answer']}", "contents", "h2#findings"]
     console = [line for line in proc.stderr.splitlines() if re.search(r":CONSOLE[:(]", line)]

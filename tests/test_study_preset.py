@@ -1,4 +1,4 @@
-"""presets/study-cpu.yaml keeps what issue 14 fixes: the eight cells, three seeds, the paper's depth, equal tuned
+"""presets/study-cpu.yaml keeps its design: the eight cells, three seeds, the paper's depth, equal tuned
 grids, per-split scoring, and no path outside the repository."""
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ def test_study_preset_fixes_the_design() -> None:
         assert key in c["scaling"], key
 
 
-def test_endpoint_preset_is_issue_24s_design() -> None:
+def test_endpoint_preset_is_the_end_point_design() -> None:
     """presets/endpoint-cpu.yaml: Figure 4's pair trained longer than the grids, grids of three lr_max values with
-    the factorial's inside, the paper's lr_max for Post-LN with and without warm-up, each judged as the issue asks."""
+    the factorial's inside, Post-LN without warm-up at the paper's lr_max judged against Post-LN with warm-up at
+    that lr_max."""
     x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "endpoint-cpu.yaml"]))
     study = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "study-cpu.yaml"]))
     pair = list(x.comparisons["figure4"].runs)

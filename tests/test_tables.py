@@ -89,7 +89,7 @@ def test_run_facts_config_and_execution():
 
 
 def test_convergence_by_the_slope_of_the_validation_nll():
-    """Issue 22: per seed the least-squares slope of the validation NLL over the last window, their mean with a
+    """Per seed the least-squares slope of the validation NLL over the last window, their mean with a
     t interval over seeds; converged only when the interval lies within the tolerance, "annealed" when a step
     decay cut the learning rate (the flat curve is the annealing), "still improving" below it; an epoch with no
     valid score is skipped rather than counted."""
