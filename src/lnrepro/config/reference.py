@@ -10,6 +10,7 @@ tests/test_config_reference.py) fails when the committed page differs from what 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -174,7 +175,10 @@ class Row:
     allowed: str
 
     def markdown(self) -> str:
-        cells = [f"`{self.key}`", self.meaning, self.default, self.allowed]
+        """The row; the meaning is plain text, so Markdown's emphasis and HTML marks in it are escaped
+        ({base}__{key} would turn bold)."""
+        meaning = re.sub(r"([\\_*<\[])", r"\\\1", self.meaning)
+        cells = [f"`{self.key}`", meaning, self.default, self.allowed]
         return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
