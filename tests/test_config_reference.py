@@ -100,7 +100,7 @@ def test_registry_enums_are_the_allowed_values() -> None:
     assert "`optim.name`" in rows["comparisons.<comparison>.factor"][2]
 
 
-def test_sections_follow_the_config(tmp_path: Path) -> None:
+def test_sections_follow_the_config() -> None:
     """One section per top-level key in config.yaml's order, then the schema's other keys."""
     config = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
     headings = [line[4:-1] for line in PAGE.read_text(encoding="utf-8").splitlines() if line.startswith("## `")]
