@@ -95,6 +95,13 @@ def _readme_results(a: argparse.Namespace) -> None:
     print(f"{a.readme}: results part {a.part} {'up to date' if fresh else 'rewritten'} from {report}")
 
 
+def _config_reference(a: argparse.Namespace) -> None:
+    from .config.reference import update_reference
+
+    fresh = update_reference(a.out, check=a.check)
+    print(f"{a.out}: {'up to date' if fresh else 'rewritten'} from the config schema and config.yaml")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lnrepro", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="stage", required=True)
@@ -180,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--readme", type=Path, default=Path("README.md"))
     rr.add_argument("--check", action="store_true", help="only compare: fail when the README differs")
     rr.set_defaults(func=_readme_results)
+
+    cr = sub.add_parser("config-reference",
+                        help="write docs/configuration.md: every config key, from the schema and config.yaml")
+    cr.add_argument("--out", type=Path, default=Path("docs/configuration.md"))
+    cr.add_argument("--check", action="store_true", help="only compare: fail when the page differs")
+    cr.set_defaults(func=_config_reference)
 
     from . import bench  # the benchmark command registers its own options
 
