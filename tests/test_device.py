@@ -62,6 +62,8 @@ def test_by_hand_a_stage_computes_on_the_cpu_unless_asked(stage: str, args: list
     ({"runs": {"preln_warmup_isqrt": {"train": {"device": "cuda"}}}}, "runs.preln_warmup_isqrt.train.device"),
     ({"grids": {"tune_preln": {"values": {"train.device": ["cpu", "cuda"]}}}},
      "grids.tune_preln.values.train.device"),
+    ({"comparisons": {"devices": {"runs": ["preln_warmup_isqrt", "postln_warmup_isqrt"], "factor": "train.device",
+                                  "claim": "the same"}}}, "comparisons.devices.factor"),
 ])
 def test_a_config_that_sets_train_device_names_its_replacement(tmp_path: Path, layer: dict, where: str) -> None:
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(layer))
