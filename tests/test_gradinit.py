@@ -265,3 +265,27 @@ def test_after_warmup_takes_the_first_checkpoint_that_reaches_t_warmup(tmp_path)
     assert _trained_on(other)["spm.model"] != data["spm.model"]
     with pytest.raises(LnReproError, match=r"spm\.model: not the BPE model .*epoch002\.json was trained with"):
         run_after_warmup(config, tmp_path / "other", manifests, tmp_path / "aw2.csv", threads=1)
+
+
+def test_by_hand_gradinit_runs_on_the_cpu_where_cuda_is_visible(tmp_path, monkeypatch):
+    """``lnrepro gradinit`` without --device (a job given no GPU) measures on the CPU even where torch sees a
+    GPU: every model it measures is on the CPU."""
+    from lnrepro.analysis import gradinit
+    from lnrepro.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    devices = []
+
+    def measured(model, batches, loss):
+        devices.append(next(model.parameters()).device)
+        return gradient_statistics(model, batches, loss)
+
+    monkeypatch.setattr(gradinit, "gradient_statistics", measured)
+    fake_bpe(tmp_path / "bpe")
+    config = experiment().gradinit_config()
+    config = dataclasses.replace(config, gradinit=dataclasses.replace(config.gradinit, seeds=(1,), depths=(2,)))
+    config.write(tmp_path / "gradinit.json")
+    out = tmp_path / "gradinit.csv"
+    assert main(["gradinit", "--gradinit-config", str(tmp_path / "gradinit.json"), "--bpe", str(tmp_path / "bpe"),
+                 "--out", str(out)]) == 0
+    assert out.exists() and devices and set(devices) == {torch.device("cpu")}

@@ -328,3 +328,27 @@ def test_skip_reason_reads_the_floor_and_the_valid_bleu():
                         decode_s=1.0, sent_per_s=1.0)
     assert skip_reason(valid, None) is None and skip_reason(None, 1.0) is None and skip_reason(valid, 0.4) is None
     assert skip_reason(valid, 1.0) == "skipped: valid BLEU 0.40 below the floor 1 (eval.valid_bleu_floor)"
+
+
+def test_by_hand_scoring_runs_on_the_cpu_where_cuda_is_visible(task, tmp_path, monkeypatch, capsys):
+    """``lnrepro evaluate`` without --device (a job given no GPU) scores on the CPU even where torch sees a GPU,
+    and the score file's where_ran names the CPU; the same scores as the in-process call."""
+    from lnrepro.cli import main
+    from lnrepro.io import cpu_name
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    out = tmp_path / "eval" / "epoch002.json"
+    assert main(["evaluate", "--manifest", str(task["trained"]), "--eval-config", str(task["eval_json"]),
+                 "--bpe", str(task["bpe"]), "--prepared", str(task["prepared"]), "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["where_ran"]["device"] == cpu_name()
+    expected, _ = _score(task, task["trained"], name="cpu.json")
+    assert record["splits"]["test"]["bleu_tok"] == expected["splits"]["test"]["bleu_tok"]
+
+
+def test_scoring_on_cuda_where_none_is_visible_is_one_error(task, tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "epoch002.json"
+    with pytest.raises(LnReproError, match="--device cuda: .*resources.<rule>.gpus"):
+        score_checkpoints([task["trained"]], task["eval_json"], task["bpe"], task["prepared"], [out], 1, "cuda")
+    assert not out.exists()

@@ -49,7 +49,7 @@ def write_config(path: Path, **train_over) -> Path:
         "schedule": {"warmup": True, "decay": "isqrt", "warmup_updates": 10, "anchor_updates": 10,
                      "decay_epochs": [3], "decay_factor": 0.1},
         "train": {"epochs": 4, "max_tokens": 200, "required_batch_size_multiple": 8, "log_every": 4,
-                  "precision": "fp32", "device": "cpu", "diverge_loss": 1e6, "max_updates": 0,
+                  "precision": "fp32", "diverge_loss": 1e6, "max_updates": 0,
                   "checkpoint_every": 3},
         "data": {"dataset": "synthetic"}, "bpe": {"vocab_size": 100, "character_coverage": 1.0, "seed": 1},
     }
@@ -226,3 +226,32 @@ def test_bf16_rerun_is_bitwise_identical(bpe_dir, tmp_path):
     meta = json.loads((runs[0] / "run.json").read_text())
     assert meta["precision"] == "bf16" and meta["optimizer"].startswith("torch.optim.AdamW (fused")
     assert json.loads((runs[0] / "summary.json").read_text())["status"] == "completed"
+
+
+def test_by_hand_training_runs_on_the_cpu_where_cuda_is_visible(bpe_dir, tmp_path, monkeypatch, capsys):
+    """``lnrepro train`` without --device (a job given no GPU) trains on the CPU even where torch sees a GPU;
+    run.json, its where_ran and the attempt's execution facts say so."""
+    from lnrepro.cli import main
+    from lnrepro.io import cpu_name
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    run = tmp_path / "run"
+    config = write_config(tmp_path / "config.json", epochs=1)
+    assert main(["train", "--config", str(config), "--bpe", str(bpe_dir), "--run-dir", str(run)]) == 0
+    meta = json.loads((run / "run.json").read_text())
+    assert (meta["device"], meta["device_name"], meta["where_ran"]["device"]) == ("cpu", cpu_name(), cpu_name())
+    attempt = next(r for r in records(run) if r["kind"] == "attempt")
+    assert attempt["execution"]["device"] == "cpu"
+
+
+def test_cuda_where_none_is_visible_is_one_error_before_anything_is_touched(bpe_dir, tmp_path, monkeypatch, capsys):
+    from lnrepro.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    run = tmp_path / "run"
+    args = ["train", "--config", str(write_config(tmp_path / "config.json")), "--bpe", str(bpe_dir),
+            "--run-dir", str(run), "--device", "cuda"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lnrepro train: error: --device cuda: ") and "resources.<rule>.gpus" in err
+    assert len(err.splitlines()) == 1 and not run.exists()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from .argtypes import count, sha256_hex, size
+from .device import DEFAULT_DEVICE, DEVICES
 from .errors import LnReproError
 from .paths import DOWNLOADS, PUBLISHED_REPORTS
 
@@ -57,7 +58,7 @@ def _bpe(a: argparse.Namespace) -> None:
 def _train(a: argparse.Namespace) -> None:
     from .train.loop import train_run
 
-    train_run(a.run_dir, a.config, a.bpe, a.threads, config_sha256=a.config_sha256)
+    train_run(a.run_dir, a.config, a.bpe, a.threads, config_sha256=a.config_sha256, device=a.device)
 
 
 def _evaluate(a: argparse.Namespace) -> None:
@@ -65,7 +66,7 @@ def _evaluate(a: argparse.Namespace) -> None:
     from .paths import RunFolder
 
     manifests = a.manifest or [RunFolder.manifest_scored_by(out) for out in a.out]
-    for result in score_checkpoints(manifests, a.eval_config, a.bpe, a.prepared, a.out, a.threads):
+    for result in score_checkpoints(manifests, a.eval_config, a.bpe, a.prepared, a.out, a.threads, a.device):
         print(result.text(), end="")
 
 
@@ -75,9 +76,9 @@ def _gradinit(a: argparse.Namespace) -> None:
 
     config = GradinitConfig.read(a.gradinit_config)
     if a.after_warmup:
-        run_after_warmup(config, a.bpe, a.after_warmup, a.out, threads=a.threads)
+        run_after_warmup(config, a.bpe, a.after_warmup, a.out, threads=a.threads, device=a.device)
     else:
-        run_gradinit(config, a.bpe, a.out, threads=a.threads, fit_csv=a.fit)
+        run_gradinit(config, a.bpe, a.out, threads=a.threads, fit_csv=a.fit, device=a.device)
 
 
 def _report(a: argparse.Namespace) -> None:
@@ -100,6 +101,14 @@ def _config_reference(a: argparse.Namespace) -> None:
 
     fresh = update_reference(a.out, check=a.check)
     print(f"{a.out}: {'up to date' if fresh else 'rewritten'} from the config schema and config.yaml")
+
+
+def _add_device(p: argparse.ArgumentParser) -> None:
+    """``--device``: where a torch stage computes; the workflow passes the one its job's GPUs give."""
+    p.add_argument("--device", choices=DEVICES, default=DEFAULT_DEVICE,
+                   help=f"cpu or cuda (default: {DEFAULT_DEVICE}, also where a GPU is visible). The workflow passes "
+                        "cuda to a job given a GPU (resources.<rule>.gpus in the config), else cpu; cuda without "
+                        "a visible CUDA device is an error")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the digest --config must have (the workflow passes the one its experiment resolves the run "
                         "to): another config.json is refused before anything is touched")
     t.add_argument("--threads", type=count, default=1)
+    _add_device(t)
     t.set_defaults(func=_train)
 
     e = sub.add_parser("evaluate", help="score epoch checkpoints in one process: validation loss, decoding, BLEU")
@@ -160,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", type=Path, nargs="+", required=True,
                    help="the score files, eval/epochNNN.json (hypotheses beside each)")
     e.add_argument("--threads", type=count, default=1)
+    _add_device(e)
     e.set_defaults(func=_evaluate)
 
     g = sub.add_parser("gradinit", help="per-layer expected gradient at initialization, every norm position and depth")
@@ -171,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--after-warmup", type=Path, nargs="+", metavar="MANIFEST",
                    help="instead: measure analysis.gradinit.after_warmup_run at its end of warm-up (its epoch manifests)")
     g.add_argument("--threads", type=count, default=1)
+    _add_device(g)
     g.set_defaults(func=_gradinit)
 
     r = sub.add_parser("report", help="write the HTML report, figures, tables and confounds")

@@ -26,7 +26,7 @@ rule gradinit:
     conda:
         CONDA_ENV
     shell:
-        "lnrepro gradinit --gradinit-config {input.config} --bpe " + P.bpe + " --out {output.csv} --fit {output.fit} --threads {threads} > {log} 2>&1"
+        "lnrepro gradinit --gradinit-config {input.config} --bpe " + P.bpe + " --out {output.csv} --fit {output.fit} --threads {threads} --device " + res("gradinit").device + " > {log} 2>&1"
 
 
 if AFTER_WARMUP:
@@ -50,4 +50,4 @@ if AFTER_WARMUP:
         conda:
             CONDA_ENV
         shell:
-            "lnrepro gradinit --gradinit-config {input.config} --bpe " + P.bpe + " --after-warmup {input.manifests} --out {output} --threads {threads} > {log} 2>&1"
+            "lnrepro gradinit --gradinit-config {input.config} --bpe " + P.bpe + " --after-warmup {input.manifests} --out {output} --threads {threads} --device " + res("gradinit_after_warmup").device + " > {log} 2>&1"

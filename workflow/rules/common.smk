@@ -41,7 +41,8 @@ def each_run(paths):
 
 
 def job_resources(rule):
-    """The ``resources:`` of a worker rule (threads are set separately, from the same entry)."""
+    """The ``resources:`` of a worker rule (threads are set separately, from the same entry; so is the device its
+    torch stages are passed as ``--device``: ``res(rule).device``, CUDA exactly when the job is given a GPU)."""
     r = res(rule)
     return {"mem_mb": r.mem_mb, "runtime": r.runtime, "gpu": r.gpus}
 

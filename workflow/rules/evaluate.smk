@@ -38,7 +38,7 @@ for _last in X.lengths:
             conda:
                 CONDA_ENV
             shell:
-                "lnrepro evaluate --out {output.json} --eval-config {input.eval} --bpe " + P.bpe + " --prepared " + P.prepared + " --threads {threads} > {log} 2>&1"
+                "lnrepro evaluate --out {output.json} --eval-config {input.eval} --bpe " + P.bpe + " --prepared " + P.prepared + " --threads {threads} --device " + res("score_checkpoint").device + " > {log} 2>&1"
 
 
 rule evaluate:

@@ -30,7 +30,7 @@ for _last in X.lengths:
             CONDA_ENV
         shell:
             "lnrepro train --config {input.config} --bpe " + P.bpe + " --run-dir " + P.run_dir("{wildcards.run}", "{wildcards.seed}")
-            + " --config-sha256 {params.config_sha256} --threads {threads} > {log} 2>&1"
+            + " --config-sha256 {params.config_sha256} --threads {threads} --device " + res("train_run").device + " > {log} 2>&1"
 
 
 rule train:

@@ -36,9 +36,9 @@ Decisions:
   grow with K at the paper's width and depth.
 - Settings from the job's slice (``lnrepro.config.GradinitConfig``: gradinit.json, gradinit_after_warmup.json),
   not experiment.json, so the beam, the notes or a mirror never rerun it.
-- Device and batching as training's (the first selected run's ``train.device`` and batch multiple): on a CPU
-  the paper's width and depths take minutes per seed, so ``precision: bf16`` is allowed (presets/multi30k.yaml
-  states its measured difference from fp32).
+- Batching as training's (the first selected run's batch multiple); the device is the job's (``--device``,
+  from the GPUs its rule is given: ``lnrepro.device``): on a CPU the paper's width and depths take minutes per
+  seed, so ``precision: bf16`` is allowed (presets/multi30k.yaml states its measured difference from fp32).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import GradinitConfig, ModelSettings
+from ..device import DEFAULT_DEVICE, select_device
 from ..errors import LnReproError
 from ..io import atomic_write_csv
 from ..norms import NORMS
@@ -212,18 +213,18 @@ def init_model_settings(config: GradinitConfig, norm: str, depth: int) -> ModelS
 class _Job:
     """What every model of one gradinit job shares: settings, device, loss, and one set of batches per seed."""
 
-    def __init__(self, config: GradinitConfig, bpe_dir: Path, threads: int) -> None:
+    def __init__(self, config: GradinitConfig, bpe_dir: Path, threads: int, device: str) -> None:
         import torch
 
         from ..memory import keep_freed_memory
-        from ..train.loop import resolve_device, vocab_size
+        from ..train.loop import vocab_size
 
         torch.set_num_threads(max(1, int(threads)))
         keep_freed_memory()
         self.settings = s = config.gradinit
         self.vocab = vocab_size(Path(bpe_dir) / "spm.model")
         self.multiple = config.batch_multiple
-        self.device = resolve_device(config.device)
+        self.device = select_device(device)
         self.loss = token_loss(s.label_smoothing, s.precision, self.device)
         self.data = TrainBatches(bpe_dir)
         self._batches: dict[int, list[Batch]] = {}
@@ -260,9 +261,9 @@ def _write(rows: list[dict[str, Any]], out_csv: Path) -> pd.DataFrame:
 
 
 def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: int,
-                 fit_csv: Path | None = None) -> pd.DataFrame:
+                 fit_csv: Path | None = None, device: str = DEFAULT_DEVICE) -> pd.DataFrame:
     """For each seed, depth and registered norm variant of ``analysis.gradinit``: a freshly initialized model
-    on the seed's K training batches. Writes ``out_csv`` (columns CSV_COLUMNS) and, when given, ``fit_csv``
+    on the seed's K training batches, on ``device`` (cpu | cuda). Writes ``out_csv`` (columns CSV_COLUMNS) and, when given, ``fit_csv``
     (the fit over depths, lnrepro.analysis.gradinit_fit); returns the table."""
     import torch
     from tqdm import tqdm
@@ -270,7 +271,7 @@ def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: 
     from ..model import Transformer
     from .gradinit_fit import write_fit
 
-    job = _Job(config, bpe_dir, threads)
+    job = _Job(config, bpe_dir, threads, device)
     s = job.settings
     rows: list[dict[str, Any]] = []
     for seed, depth, norm in tqdm([(sd, d, n) for sd in s.seeds for d in s.depths for n in NORMS],
@@ -307,9 +308,10 @@ def warmup_end_checkpoints(manifests: Iterable[Path], run: str,
 
 
 def run_after_warmup(config: GradinitConfig, bpe_dir: Path, manifests: Iterable[Path], out_csv: Path,
-                     threads: int) -> pd.DataFrame:
+                     threads: int, device: str = DEFAULT_DEVICE) -> pd.DataFrame:
     """The measurement on ``analysis.gradinit.after_warmup_run``'s checkpoint at the end of warm-up, one per seed
-    of ``manifests`` (every epoch manifest of that run), on that seed's batches. Writes ``out_csv``."""
+    of ``manifests`` (every epoch manifest of that run), on that seed's batches, on ``device``. Writes
+    ``out_csv``."""
     from ..evaluate.score import check_bpe
     from ..model import load_model
 
@@ -317,7 +319,7 @@ def run_after_warmup(config: GradinitConfig, bpe_dir: Path, manifests: Iterable[
     if run is None or t_warmup is None:  # gradinit.json, the init job's slice, has neither
         raise LnReproError("gradinit --after-warmup: the slice names no after_warmup_run with its T_warmup "
                            "(expected gradinit_after_warmup.json)")
-    job = _Job(config, bpe_dir, threads)
+    job = _Job(config, bpe_dir, threads, device)
     rows: list[dict[str, Any]] = []
     for seed, (path, m) in warmup_end_checkpoints(manifests, run, t_warmup).items():
         check_bpe(m, path, bpe_dir)  # the checkpoint's own BPE model and data, as scoring checks them

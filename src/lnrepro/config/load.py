@@ -59,6 +59,12 @@ GRID_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=-]*")  # the schema's patte
 # Varying T_warmup in a grid sets the isqrt anchor to the same value (fairseq's --warmup-updates sets both),
 # and T_warmup 0 stands for no warm-up (the paper's warm-up study); outside grids both are as configured.
 WARMUP_KEY, ANCHOR_KEY, WARMUP_SWITCH = "schedule.warmup_updates", "schedule.anchor_updates", "schedule.warmup"
+# Run settings that are no more, each with what took its place: a config that still sets one is refused with
+# this message rather than as an unknown key.
+REMOVED_RUN_KEYS: dict[str, str] = {
+    "train.device": "the device follows the GPUs a job is given: resources.<rule>.gpus (0: the CPU, 1: CUDA), "
+                    "e.g. resources.train_run.gpus, resources.score_checkpoint.gpus, resources.gradinit.gpus",
+}
 
 
 def deep_merge(base: dict, delta: dict) -> dict:
@@ -106,6 +112,7 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 
 def validate_config(config: dict) -> None:
     """Check ``config`` against the schema and the semantic checks; raise one message naming the key."""
+    _check_removed(config)
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
@@ -117,6 +124,36 @@ def validate_config(config: dict) -> None:
             raise LnReproError(f"config: unknown key {keys} (allowed: {', '.join(sorted(err.schema.get('properties', {})))})")
         raise LnReproError(f"config: key {_key_path(err)}: {err.message}")
     check_semantics(config)
+
+
+def _removed_key_uses(config: dict) -> Iterable[tuple[str, str]]:
+    """(where, removed key) for every place ``config`` sets a key of REMOVED_RUN_KEYS: the defaults, a run, a
+    grid's values or extensions, a comparison's factor."""
+    def sections() -> Iterable[tuple[str, Any]]:
+        yield "defaults", config.get("defaults")
+        for name, run in (config.get("runs") or {}).items():
+            yield f"runs.{name}", run
+    for where, section in sections():
+        for key in REMOVED_RUN_KEYS:
+            part, name = key.split(".")
+            if isinstance(section, dict) and isinstance(section.get(part), dict) and name in section[part]:
+                yield f"{where}.{key}", key
+    for grid, spec in (config.get("grids") or {}).items():
+        for part in ("values", "extended"):
+            for key in REMOVED_RUN_KEYS:
+                if isinstance(spec, dict) and isinstance(spec.get(part), dict) and key in spec[part]:
+                    yield f"grids.{grid}.{part}.{key}", key
+    for comp, spec in (config.get("comparisons") or {}).items():
+        if isinstance(spec, dict) and spec.get("factor") in REMOVED_RUN_KEYS:
+            yield f"comparisons.{comp}.factor", spec["factor"]
+
+
+def _check_removed(config: dict) -> None:
+    """Refuse a removed run setting, naming where it is set (the first place) and what replaced it."""
+    use = next(iter(_removed_key_uses(config)), None)
+    if use is not None:
+        where, key = use
+        raise LnReproError(f"config: {where}: {key} was removed; {REMOVED_RUN_KEYS[key]}. Delete the key")
 
 
 def check_semantics(config: dict) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, TypeVar
 
+from ..device import device_for
 from ..errors import LnReproError
 from ..io import atomic_write_text, json_text, read_json
 from ..typed import convert, plain
@@ -186,7 +187,6 @@ class TrainSettings(Section):
     log_every: int
     checkpoint_every: int
     precision: str  # fp32 | bf16
-    device: str  # auto | cpu | cuda
     diverge_loss: float
     max_updates: int  # 0: no limit
 
@@ -369,8 +369,7 @@ class GradinitConfig(Section):
 
     gradinit: GradinitSettings  # analysis.gradinit; after_warmup_run None in gradinit.json (init does not read it)
     model: ModelSettings  # defaults.model: the width measured at initialization
-    device: str  # the first selected run's train.device and batch multiple: the device and batching training uses
-    batch_multiple: int
+    batch_multiple: int  # the first selected run's required_batch_size_multiple: the batching training uses
     warmup_updates: int | None = None  # gradinit_after_warmup.json: after_warmup_run's T_warmup (None in gradinit.json)
 
 
@@ -442,6 +441,12 @@ class Resources(Section):
     mem_mb: int
     runtime: int  # minutes
     gpus: int
+
+    @property
+    def device(self) -> str:
+        """The device a job of these resources computes on (``lnrepro.device.device_for``): its rule passes it
+        to the CLI as ``--device``, so the GPUs a job is given, not the ones it can see, decide."""
+        return device_for(self.gpus)
 
 
 @dataclass(frozen=True)
@@ -526,11 +531,11 @@ class Experiment(Section):
         """The slice of the gradinit job (``after_warmup``: of the gradinit_after_warmup job)."""
         g, first = self.analysis.gradinit, self.runs[self.select[0]].train
         if not after_warmup:
-            return GradinitConfig(dataclasses.replace(g, after_warmup_run=None), self.model, first.device,
+            return GradinitConfig(dataclasses.replace(g, after_warmup_run=None), self.model,
                                   first.required_batch_size_multiple)
         if self.after_warmup_run is None:
             raise LnReproError(f"analysis.gradinit.after_warmup_run: {g.after_warmup_run!r} is not a selected run "
                                f"({', '.join(self.select)})")
         # with warm-up: the load-time check refuses an after_warmup_run without it
-        return GradinitConfig(g, self.model, first.device, first.required_batch_size_multiple,
+        return GradinitConfig(g, self.model, first.required_batch_size_multiple,
                               self.runs[self.after_warmup_run].schedule.warmup_updates)

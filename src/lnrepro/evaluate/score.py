@@ -29,8 +29,9 @@ from typing import Any
 import torch
 
 from ..config.settings import VALID, ScoreSettings, SplitDecoding
+from ..device import DEFAULT_DEVICE, device_name, select_device
 from ..errors import LnReproError
-from ..io import (atomic_write_lines, cpu_name, file_sha256, process_cpu_s, process_wall_s, read_json, read_lines,
+from ..io import (atomic_write_lines, file_sha256, process_cpu_s, process_wall_s, read_json, read_lines,
                   where_ran)
 from ..memory import keep_freed_memory
 from ..paths import RunFolder
@@ -210,9 +211,10 @@ def score(model: torch.nn.Module, settings: ScoreSettings, data: ScoringData, la
 
 
 def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, prepared_dir: Path,
-                      out_jsons: list[Path], threads: int) -> list[CheckpointScores]:
+                      out_jsons: list[Path], threads: int, device: str = DEFAULT_DEVICE) -> list[CheckpointScores]:
     """Evaluate the checkpoint each manifest names on every split of the scoring slice, each with its decoding,
-    in this one process; write each out_json (and the splits' .hyp files beside it) as soon as it is scored.
+    on ``device`` (cpu | cuda: ``lnrepro.device.select_device``), in this one process; write each out_json (and
+    the splits' .hyp files beside it) as soon as it is scored.
 
     A record's wall_s and cpu_s are its checkpoint's share of the job: its own scoring plus the job's start-up
     (imports, the slice, the splits) divided equally among the job's checkpoints, so that a job's records sum to
@@ -226,8 +228,8 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
     torch.set_num_threads(max(1, int(threads)))
     keep_freed_memory()
     settings = ScoreSettings.read(eval_json)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    torch_device = select_device(device)
+    dev_name = device_name(torch_device)
     splits = list(settings.splits)
     data: dict[int, ScoringData] = {}  # the splits, read once (per vocabulary size: the ids are checked by it)
     n = len(manifests)
@@ -262,7 +264,7 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
                                       **cost())
         else:
             check_bpe(m, manifest, bpe_dir)
-            model = load_model(m.weights_file(RunFolder.of_manifest(manifest).root, manifest), device=device)
+            model = load_model(m.weights_file(RunFolder.of_manifest(manifest).root, manifest), device=torch_device)
             vocab = model.cfg.vocab_size
             if vocab not in data:
                 data[vocab] = read_scoring_data(bpe_dir, prepared_dir, splits, vocab)

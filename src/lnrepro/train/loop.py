@@ -6,10 +6,11 @@ with the settings in ``config.json`` (a ``lnrepro.config.RunConfig``), keeping e
 summary.json, epochs/epochNNN.json) from that state at the end; a state that finished with the same inputs
 writes them again, byte for byte, without training. File formats: docs/outputs.md.
 
-Run it as ``lnrepro train --config CONFIG_JSON --bpe BPE_DIR --run-dir RUN_DIR --threads N`` (the workflow adds
-``--config-sha256``, the digest of the config.json its experiment resolves the run to). Everything is checked
-before the state of an earlier training is touched: config.json against that digest, the data against the
-settings; a state of other inputs is then moved to ``state/previous/``, never deleted.
+Run it as ``lnrepro train --config CONFIG_JSON --bpe BPE_DIR --run-dir RUN_DIR --threads N --device cpu|cuda``
+(the device: ``lnrepro.device``; the workflow passes the one its job's GPUs give, and adds ``--config-sha256``,
+the digest of the config.json its experiment resolves the run to). Everything is checked before the state of
+an earlier training is touched: the device, config.json against that digest, the data against the settings; a
+state of other inputs is then moved to ``state/previous/``, never deleted.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from tqdm import tqdm
 
 from ..errors import LnReproError
 from ..config import RunConfig
-from ..io import atomic_torch_save, cpu_name, file_sha256, finite_json, process_cpu_s, where_ran
+from ..device import DEFAULT_DEVICE, device_name, select_device
+from ..io import atomic_torch_save, file_sha256, finite_json, process_cpu_s, where_ran
 from ..memory import keep_freed_memory
 from ..model import Transformer, weights_blob
 from ..paths import EXPERIMENT_JSON, RunFolder
@@ -65,19 +67,6 @@ def vocab_size(spm_model: Path) -> int:
         return int(spm.SentencePieceProcessor(model_file=str(spm_model)).get_piece_size())
     except Exception as e:
         raise LnReproError(f"{spm_model}: not a sentencepiece model ({e})") from e
-
-
-def resolve_device(name: str) -> torch.device:
-    """``train.device`` (auto | cpu | cuda) as a torch device; auto takes CUDA when one is visible."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise LnReproError("train.device: 'cuda' requested but no CUDA device is visible")
-    return torch.device(name)
-
-
-def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
 def git_commit() -> tuple[str | None, bool | None]:
@@ -139,7 +128,7 @@ def _load_pairs(bpe_dir: Path, max_positions: int, vocab_size: int) -> tuple[lis
 class _Trainer:
     """Holds the run's objects; ``run()`` trains from the resumed position to the end, or until divergence."""
 
-    def __init__(self, config_json: Path, bpe_dir: Path, threads: int, state_dir: StateDir,
+    def __init__(self, config_json: Path, bpe_dir: Path, threads: int, device: torch.device, state_dir: StateDir,
                  digest: dict[str, Any]) -> None:
         self.t_start = time.time()
         self.bpe_dir, self.threads = Path(bpe_dir), threads
@@ -152,7 +141,7 @@ class _Trainer:
         with contextlib.suppress(RuntimeError):  # only settable before any inter-op work started
             torch.set_num_interop_threads(1)
         keep_freed_memory()
-        self.device = resolve_device(self.train.device)
+        self.device = device
 
         self.mcfg = cfg.model.model_config(vocab_size(self.bpe_dir / "spm.model"))
         self.digest, self.state_dir = digest, state_dir
@@ -379,19 +368,20 @@ class _Trainer:
 
 
 def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int,
-              config_sha256: str | None = None) -> None:
-    """Train one run and write its declared outputs: resuming its unfinished state if any, or, when its state
-    finished with these inputs, only writing the outputs again; a state of these inputs in state/previous/ is
-    taken back first. ``config_sha256``: the digest config.json must have (else nothing is touched). One
-    trainer at a time per state/ (a lock)."""
+              config_sha256: str | None = None, device: str = DEFAULT_DEVICE) -> None:
+    """Train one run on ``device`` (cpu | cuda: ``lnrepro.device.select_device``) and write its declared outputs:
+    resuming its unfinished state if any, or, when its state finished with these inputs, only writing the
+    outputs again; a state of these inputs in state/previous/ is taken back first. ``config_sha256``: the digest
+    config.json must have (else nothing is touched). One trainer at a time per state/ (a lock)."""
     run_dir, config_json, bpe_dir = Path(run_dir), Path(config_json), Path(bpe_dir)
+    torch_device = select_device(device)
     check_config(config_json, run_dir, config_sha256)
     with StateDir(run_dir).locked() as state_dir:
         digest = run_digest(config_json, training_inputs(bpe_dir))
         state_dir.take_back(digest)
         if state_dir.restore_finished(digest):
             return
-        trainer = _Trainer(config_json, bpe_dir, threads, state_dir, digest)
+        trainer = _Trainer(config_json, bpe_dir, threads, torch_device, state_dir, digest)
         try:
             trainer.run()
             trainer.log.write({"kind": "finished", "attempt": trainer.attempt,
