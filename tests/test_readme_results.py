@@ -1,7 +1,8 @@
-"""The README's Results section is generated from the published report's tables (lnrepro.analysis.readme_results)."""
+"""The README's results are generated from the published reports' tables (lnrepro.analysis.readme_results)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -11,156 +12,191 @@ import pytest
 from conftest import REPO
 from lnrepro.analysis import readme_results as rr
 from lnrepro.analysis.report import make_report
-from lnrepro.config import Experiment
 from lnrepro.errors import LnReproError
-from test_report import DIVERGE, TUNED_GRIDS, make_tree
+from test_report import DIVERGE, make_tree
 
 STUDY = rr.PARTS["study"]
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def _section(text: str, part: str = "study") -> str:
     return text.split(rr.PARTS[part].begin, 1)[1].split(rr.PARTS[part].end, 1)[0]
 
 
+def numbers(text: str, *names: str) -> list[str]:
+    """The numbers a text shows, leaving out those inside ``names`` (run names, paths, the scale)."""
+    for name in sorted(names, key=len, reverse=True):
+        text = text.replace(name, " ")
+    return NUMBER.findall(text)
+
+
 @pytest.mark.parametrize("part", list(rr.PARTS))
 def test_readme_results_match_the_published_report(part: str) -> None:
     """With a part's report committed where published results live (a folder no rule writes), the README's part
-    is exactly what its tables generate; without it, the part says the study is not published yet (and carries
-    no numbers of its own)."""
+    is exactly what its tables generate; without it, the part is the generated line that says the study is not
+    published yet (and carries no numbers of its own)."""
     readme, shown_as = REPO / "README.md", rr.PARTS[part].published
-    if (REPO / shown_as / "tables").is_dir():
-        assert rr.update_readme(readme, REPO / shown_as, shown_as, check=True, part=part)
-    else:
-        body = _section(readme.read_text(encoding="utf-8"), part)
+    assert rr.update_readme(readme, REPO / shown_as, shown_as, check=True, part=part)
+    body = _section(readme.read_text(encoding="utf-8"), part)
+    assert len(body.split()) <= 250, body
+    if not (REPO / shown_as / "tables").is_dir():
         assert "not been published yet" in body, body
         assert not any(ch.isdigit() for ch in body), body
 
 
+def test_the_study_part_states_its_edition() -> None:
+    """The published study's part is labelled as the first edition with the settings it ran with, and the
+    README's study part leads with Figure 4's pair and links the report's headline figure and page."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    before = text.split(STUDY.begin, 1)[0]
+    label = before[before.index("**First edition of the CPU study**"):]
+    for fact in ("98ac858", "bf16 training", "200", "before the Answer section", "cannot be re-analysed"):
+        assert fact in label, fact
+    body = _section(text)
+    assert f"![Figure 4's pair per epoch]({STUDY.published}/figures/figure4_vs_epoch.png)" in body
+    assert f"({STUDY.published}/index.html)" in body
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
-    """A report of fabricated run outputs (tests/test_report.py's tree, with a tuned pair and a gradinit fit)."""
-    root = tmp_path_factory.mktemp("rr")
-    exp_dir, exp = make_tree(root, diverge=DIVERGE)
-    exp = Experiment.from_dict({**exp.to_dict(), "grids": TUNED_GRIDS})
+    """A report of fabricated run outputs (tests/test_report.py's tree, one seed diverged)."""
+    exp_dir, exp = make_tree(tmp_path_factory.mktemp("rr"), diverge=DIVERGE)
     make_report(exp_dir, exp, exp_dir / "report")
-    pd.DataFrame([{"norm": "post", "stack": "dec", "layer": "last", "param": "fc2", "statistic": "expected_grad_fro",
-                   "b": 0.0123, "b_low": -0.05, "b_high": 0.07, "c": 0.4, "depths": "2;3;4", "seeds": "1;2;3",
-                   "n": 9, "theory_b": 0.0, "interval": "OLS"}]).to_csv(exp_dir / "report" / "tables" / "gradinit_fit.csv",
-                                                                           index=False)
     return exp_dir / "report"
 
 
-def test_results_section_is_filled_from_the_tables(report: Path, tmp_path: Path) -> None:
-    """Each item's numbers are cells of the report's tables."""
-    body = rr.results_markdown(report, "results/x/report")
-    tables = report / "tables"
+@pytest.fixture(scope="module")
+def before(report: Path, tmp_path_factory) -> Path:
+    """The same report's tables without answer.md: a report written before the Answer section (the published
+    study's)."""
+    copy = tmp_path_factory.mktemp("before") / "report"
+    shutil.copytree(report / "tables", copy / "tables")
+    return copy
+
+
+def test_results_section_is_filled_from_the_tables(before: Path, tmp_path: Path) -> None:
+    """Without answer.md: Figure 4's pair at epoch 2 and at the last epoch (seed mean ± sd), its confound
+    verdict and whether each run had stopped improving, each number a cell of the report's tables; then the
+    headline figure and the link."""
+    body = rr.results_markdown(before, "results/x/report")
+    tables = before / "tables"
     conf = pd.read_csv(tables / "confounds.csv")
     fig4 = conf[conf["comparison"] == "figure4"].iloc[0]
-    assert f"**Confound verdict for `figure4`**: {fig4['verdict']}" in body
+    assert f"The comparison is {fig4['verdict']}: besides {fig4['factor']} the pair differs in " \
+           f"{fig4['also differs (confounds)']}." in body
     runs = [r.strip() for r in fig4["runs"].split(",")]
     per_epoch = pd.read_csv(tables / "run_epochs.csv")
-    first = per_epoch[(per_epoch["run"] == runs[0]) & (per_epoch["epoch"] == 1)].iloc[0]
-    assert f"{first['valid_bleu_tok_mean']:.2f} ± {first['valid_bleu_tok_std']:.2f}" in body
-    effects = pd.read_csv(tables / "effects.csv")
-    budget = pd.read_csv(tables / "budgets.csv").iloc[0]["budget"]
-    norm = effects[(effects["budget"] == budget) & (effects["effect"] == "norm")
-                   & (effects["metric"] == "valid_loss_base2")].iloc[0]
-    assert f"| norm | {norm['estimate']:.2f} " in body
-    tuned = pd.read_csv(tables / "tuned.csv").iloc[0]
-    assert f"| {tuned['run_a']} | {tuned['run_b']} | {tuned['metric']} |" in body
-    assert "| post | dec last fc2 | 0.012 | [-0.050, 0.070] | 0.0 | 2;3;4 |" in body
-    for run in pd.read_csv(tables / "failures.csv")["run"]:
-        assert f"| {run} |" in body
+    pair = per_epoch[per_epoch["run"].isin(runs)]
+    last = int(pair["epoch"].max())
+    shown = {f"{v:.2f}" for m in ("valid_bleu_tok", "valid_loss_base2") for stat in ("mean", "std")
+             for v in pair[pair["epoch"].isin([2, last])][f"{m}_{stat}"]}
+    for epoch in (2, last):
+        for run in runs:
+            r = pair[(pair["run"] == run) & (pair["epoch"] == epoch)].iloc[0]
+            assert (f"`{run}` {r['valid_bleu_tok_mean']:.2f} ± {r['valid_bleu_tok_std']:.2f} "
+                    f"({r['valid_loss_base2_mean']:.2f} ± {r['valid_loss_base2_std']:.2f})") in body
     conv = pd.read_csv(tables / "convergence.csv").set_index("run")
     for run in runs:
         c = conv.loc[run]
-        if pd.isna(c["slope"]):
-            assert f"{run}: fewer scored epochs than the window" in body
-        else:
-            assert (f"{run} {c['nll_first']:.2f} to {c['nll_last']:.2f} bits over epochs {c['epochs']}, "
-                    f"{100 * c['rel_slope']:.2f}% an epoch") in body and c["label"] in body
+        assert (f"of `{run}` moved {100 * c['rel_slope']:.2f}% an epoch over epochs {c['epochs']} "
+                f"({c['nll_first']:.2f} to {c['nll_last']:.2f} bits: {c['label']})") in body
+    allowed = (shown | {str(e) for e in (2, last)} | {str(int(n)) for n in pair["n_ok"]}
+               | {f"{v:.2f}" for run in runs for v in (100 * conv.loc[run, "rel_slope"], conv.loc[run, "nll_first"],
+                                                       conv.loc[run, "nll_last"])}
+               | {n for run in runs for n in NUMBER.findall(str(conv.loc[run, "epochs"]))}
+               | {f"{100 * conv['tolerance'].dropna().iloc[0]:.1f}", "95"})  # the rule's 95% interval
+    scale = pd.read_csv(tables / "claims.csv")["scale"].dropna().iloc[0]
+    assert set(numbers(body, *runs, "figure4_vs_epoch", "Figure 4", scale, "IWSLT14")) <= allowed, body
+    assert body.endswith("![Figure 4's pair per epoch](results/x/report/figures/figure4_vs_epoch.png)\n\n"
+                         f"Scale: {scale}, not the paper's IWSLT14 setup. The full tables, figures and every deviation "
+                         "from the paper: [`results/x/report/index.html`](results/x/report/index.html).\n")
+    assert "|" not in body  # the tables stay in the report
 
     # update then check: the README copy is rewritten once, then up to date; a stale one is refused by --check
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{STUDY.begin}\nold\n{STUDY.end}\n\nafter\n", encoding="utf-8")
-    assert not rr.update_readme(readme, report, "results/x/report")
-    assert rr.update_readme(readme, report, "results/x/report", check=True)
+    assert not rr.update_readme(readme, before, "results/x/report")
+    assert rr.update_readme(readme, before, "results/x/report", check=True)
     assert readme.read_text(encoding="utf-8").endswith(f"{STUDY.end}\n\nafter\n")
     readme.write_text(readme.read_text(encoding="utf-8").replace("±", "+-", 1), encoding="utf-8")
     with pytest.raises(LnReproError, match="differs"):
-        rr.update_readme(readme, report, "results/x/report", check=True)
+        rr.update_readme(readme, before, "results/x/report", check=True)
 
 
-def test_the_section_leads_with_answer_md(report: Path, tmp_path: Path) -> None:
-    """A report with answer.md: the section starts with its sentences, under "The answer at this scale"; a report
-    written before answer.md (the published study's): the same section without them, nothing in their place."""
+def test_a_plateau_table_gives_the_plateau_sentence(before: Path, tmp_path: Path) -> None:
+    """A report with plateau.csv in place of convergence.csv (the published study's): each run's spread over
+    its last three epochs, from that table."""
+    copy = tmp_path / "report"
+    shutil.copytree(before, copy)
+    (copy / "tables" / "convergence.csv").unlink()
+    runs = [r.strip() for r in pd.read_csv(copy / "tables" / "confounds.csv").set_index("comparison")
+            .loc["figure4", "runs"].split(",")]
+    pd.DataFrame([{"run": runs[0], "epochs": "1-3", "loss_first": 5.1234, "loss_last": 5.0012, "spread": 0.02443,
+                   "plateau": False}]).to_csv(copy / "tables" / "plateau.csv", index=False)
+    body = rr.results_markdown(copy, "r")
+    assert f"of `{runs[0]}` moved 2.4% over epochs 1-3 (5.12 to 5.00 bits: not a plateau)" in body
+    assert f"of `{runs[1]}` has fewer than three scored epochs" in body
+
+
+def test_the_section_leads_with_answer_md(report: Path, before: Path) -> None:
+    """A report with answer.md: the part quotes its paragraphs, the verdict first, up to about ANSWER_WORDS
+    words, and says how many more the report has; a report written before answer.md (the published study's):
+    the sentences from the tables in their place. Both end with the same figure and link."""
     body = rr.results_markdown(report, "results/x/report")
     paragraphs = (report / "answer.md").read_text(encoding="utf-8").rstrip("\n").split("\n\n")[1:]
-    assert body.startswith("**The answer at this scale** (`answer.md`, the report's Answer section):\n\n"
-                           + "\n\n".join(paragraphs) + "\n\nGenerated from `results/x/report`")
-    assert any(p.startswith("No equivalence test of validation BLEU") for p in paragraphs)
-    before = tmp_path / "before"
-    shutil.copytree(report / "tables", before / "tables")
+    quoted = body.split("\n\n")
+    assert quoted[0] == paragraphs[0] and quoted[0].startswith("Yes: in this experiment")
+    shown = [p for p in quoted if p in paragraphs]
+    assert shown == paragraphs[:len(shown)]
+    assert sum(len(p.split()) for p in shown) <= rr.ANSWER_WORDS
+    assert f"(The report's Answer section, `answer.md`, has {len(paragraphs) - len(shown)} more.)" in body
     older = rr.results_markdown(before, "results/x/report")
-    assert older.startswith("Generated from `results/x/report`") and "The answer at this scale" not in older
-    assert body.endswith(older)
+    assert older.startswith("Figure 4's pair at this scale") and paragraphs[0] not in older
+    tail = "\n\n".join(body.split("\n\n")[-2:])
+    assert older.endswith(tail)
 
 
-def test_a_missing_table_is_named(report: Path, tmp_path: Path) -> None:
+def test_a_missing_table_is_named(before: Path, tmp_path: Path) -> None:
     copy = tmp_path / "report"
-    shutil.copytree(report / "tables", copy / "tables")
-    (copy / "tables" / "effects.csv").unlink()
-    with pytest.raises(LnReproError, match=r"effects\.csv: missing"):
+    shutil.copytree(before / "tables", copy / "tables")
+    (copy / "tables" / "run_epochs.csv").unlink()
+    with pytest.raises(LnReproError, match=r"run_epochs\.csv: missing"):
         rr.results_markdown(copy, "r")
 
 
-@pytest.fixture(scope="module")
-def endpoint_report(tmp_path_factory) -> Path:
-    """The fabricated report with tuning grids and a run judged against a named one (as the end-point preset
-    judges Post-LN without warm-up at the paper's learning rate against Post-LN with warm-up)."""
-    root = tmp_path_factory.mktemp("ep")
-    exp_dir, exp = make_tree(root, diverge=DIVERGE)
-    d = exp.to_dict()
-    d["analysis"]["report"]["failure_reference"] = {"postln_nowarmup_isqrt": "postln_warmup_isqrt"}
-    exp = Experiment.from_dict({**d, "grids": TUNED_GRIDS})
-    make_report(exp_dir, exp, exp_dir / "report")
-    return exp_dir / "report"
+def test_an_unpublished_part_says_so_and_a_missing_report_is_refused(tmp_path: Path) -> None:
+    """The part's own published folder, while it does not exist, gives the line that says so; any other folder
+    without tables is an error that names it."""
+    part = rr.PARTS["depth"]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{part.begin}\nold\n{part.end}\n", encoding="utf-8")
+    missing = tmp_path / "published" / "depth-cpu"
+    assert not rr.update_readme(readme, missing, part.published, part="depth")
+    assert readme.read_text(encoding="utf-8") == (
+        f"{part.begin}\nThe depth study (`presets/depth-cpu.yaml`) has not been published yet.\n{part.end}\n")
+    with pytest.raises(LnReproError, match="no report there"):
+        rr.update_readme(readme, missing, "results/depth-cpu/report", part="depth")
 
 
-def test_the_endpoint_part(endpoint_report: Path) -> None:
-    """The end-point part: the Answer, Figure 4's pair, the equivalence table, whether each grid brackets its
-    best trial, tuned against tuned, and the seeds judged against a named run, each from its table."""
-    body = rr.results_markdown(endpoint_report, "published/endpoint-cpu", part="endpoint")
-    tables = endpoint_report / "tables"
-    assert body.startswith("**The answer at this scale**")
-    assert "**Figure 4 at this scale**" in body
-    eq = pd.read_csv(tables / "equivalence.csv")
-    assert f"**Equivalence at the last epoch** ({eq['difference_of'].iloc[0]};" in body
-    for r in eq.itertuples():
-        assert f"| {r.metric} | {r.epoch} |" in body and r.verdict in body
-    brackets = pd.read_csv(tables / "tuned_brackets.csv", keep_default_na=False)
-    for grid in brackets["grid"].unique():
-        assert f"- Grid {grid}: its best trial" in body
-    assert "**Tuned against tuned**" in body
-    fates = pd.read_csv(tables / "seed_fates.csv")
-    last = pd.read_csv(tables / "budgets.csv").iloc[0]["budget"]
-    judged = fates[(fates["budget"] == last) & (fates["reference"].fillna("") != "")]
-    assert set(judged["run"]) == {"postln_nowarmup_isqrt"}
-    for r in judged.itertuples():
-        assert (f"| {r.run} | {r.seed} | {rr._num(r.bleu)} | {rr._num(r.nll)} | postln_warmup_isqrt | "
-                f"{rr._num(r.reference_bleu)} | {rr._num(r.reference_nll)} | {r.fate} |") in body
-    assert "**Divergence and failure per run**" in body
-
-
-def test_a_long_run_shows_its_milestone_epochs() -> None:
-    assert rr.milestone_epochs(list(range(1, 26))) == [1, 2, 5, 10, 15, 20, 25]
-    assert rr.milestone_epochs(list(range(1, 13))) == [1, 2, 5, 10, 12]
-    assert rr.milestone_epochs([1, 2, 3]) == [1, 2, 3]
+def test_the_endpoint_part(report: Path) -> None:
+    """The end-point part: answer.md's verdict, then the paragraphs that end it (the end point's slope, sign and
+    equivalence tests) up to about ANSWER_WORDS words, quoted as written; then the headline figure and the
+    link. The tables (equivalence, grids, tuned, judged seeds) stay in the report."""
+    body = rr.results_markdown(report, "published/endpoint-cpu", part="endpoint")
+    paragraphs = (report / "answer.md").read_text(encoding="utf-8").rstrip("\n").split("\n\n")[1:]
+    shown = [p for p in body.split("\n\n") if p in paragraphs]
+    assert shown[0] == paragraphs[0]
+    assert shown[1:] == paragraphs[len(paragraphs) - len(shown) + 1:]
+    assert shown[-1].startswith("No equivalence test of validation BLEU")  # the equivalence sentences end answer.md
+    assert sum(len(p.split()) for p in shown) <= rr.ANSWER_WORDS
+    assert "![Figure 4's pair per epoch](published/endpoint-cpu/figures/figure4_vs_epoch.png)" in body
+    assert body.rstrip().endswith("[`published/endpoint-cpu/index.html`](published/endpoint-cpu/index.html).")
+    assert "|" not in body
 
 
 def test_the_depth_part(tmp_path_factory) -> None:
-    """The depth part: the failure and divergence rates at the last epoch with their intervals and the design's
-    resolution, the quality of the seeds that trained, the claims, and what the study cannot show."""
+    """The depth part: the cells with failed seeds at the last epoch with their Wilson intervals, the design's
+    resolution, what the study cannot show, the depth figure and the link; every number from the rate table."""
     from lnrepro.analysis.depth import resolution_text
     from test_depth import experiment as depth_experiment
     from test_depth import make_tree as depth_tree
@@ -173,12 +209,20 @@ def test_the_depth_part(tmp_path_factory) -> None:
     rates = pd.read_csv(report / "tables" / "depth_rates.csv")
     at = rates[rates["budget"] == pd.read_csv(report / "tables" / "budgets.csv").iloc[0]["budget"]]
     assert len(at) == 12
-    r = at[at["run"] == "postln_nowarmup_isqrt_L18"].iloc[0]
-    assert (f"| {r['label']} | 18 | off | {r['n_diverged']} of {r['n_with_fate']} [{rr._num(r['divergence_low'])}, "
-            f"{rr._num(r['divergence_high'])}] | {r['n_failed']} of {r['n_with_fate']} [{rr._num(r['failure_low'])}, "
-            f"{rr._num(r['failure_high'])}] |") in body
+    failed = at[at["n_failed"] > 0]
+    assert set(failed["run"]) == {"postln_nowarmup_isqrt_L18"}
+    r = failed.iloc[0]
+    assert (f"{r['label']} at 18 layers without warm-up {r['n_failed']} of {r['n_with_fate']} "
+            f"[{rr._num(r['failure_low'])}, {rr._num(r['failure_high'])}]; every other cell none.") in body
+    epoch = int(at["epoch"].iloc[0])
+    assert f"Failed seeds at epoch {epoch} " in body
     assert f"Resolution: {resolution_text(at['n_with_fate'].tolist())}." in body
-    for claim in pd.read_csv(report / "tables" / "depth_claims.csv")["claim"]:
-        assert f"| {claim} |" in body
-    assert "**Quality of the seeds that trained**" in body
-    assert "What this cannot show: one dataset and one width" in body and "depths 6, 18 and 3 seeds a cell" in body
+    assert (f"What this cannot show: one dataset and one width, {epoch} epochs, depths 6, 18 and 3 seeds a cell"
+            in body)
+    assert "![failure rate against depth](published/depth-cpu/figures/failure_rate_vs_depth.png)" in body
+    assert "[`published/depth-cpu/index.html`](published/depth-cpu/index.html)" in body
+    counts = ("n_failed", "n_with_fate", "depth", "n_seeds")
+    allowed = ({str(epoch), "95"} | {str(int(n)) for c in counts for n in at[c]}
+               | {rr._num(v) for c in ("failure_low", "failure_high") for v in failed[c]})
+    scale = pd.read_csv(report / "tables" / "claims.csv")["scale"].dropna().iloc[0]
+    assert set(numbers(body, resolution_text(at["n_with_fate"].tolist()), scale, "IWSLT14")) <= allowed, body

@@ -191,9 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, required=True, help="the report folder")
     r.set_defaults(func=_report)
 
-    rr = sub.add_parser("readme-results", help="write README.md's Results section from a published report's tables")
+    rr = sub.add_parser("readme-results", help="write one generated results part of README.md from a published report")
     rr.add_argument("--part", choices=list(PUBLISHED_REPORTS), default="study",
-                    help="the part of the Results section to write (default: study)")
+                    help="the generated part to write (default: study)")
     rr.add_argument("--report", type=Path,
                     help="the report folder, as the README names it (default: the part's published folder)")
     rr.add_argument("--readme", type=Path, default=Path("README.md"))

@@ -1,13 +1,14 @@
-"""The README's "Results" section, generated from published reports' tables so the two cannot drift apart.
+"""The README's results, generated from published reports' tables so the two cannot drift apart.
 
-The section has one part per published study (``PARTS``): the factorial study (``study``), the end point of
-Figure 4's pair (``endpoint``) and the depth study (``depth``), each between its own two
-markers. ``lnrepro readme-results --part endpoint --report published/endpoint-cpu`` rewrites one part from that
-report's CSV tables (tables/*.csv, docs/outputs.md), led by its Answer sentences (answer.md) where the report has
-them; ``--check`` only compares and fails when the README differs (tests/test_readme_results.py runs it on each
-committed report). Every number in a part is a cell of one of those tables or a sentence of answer.md,
-formatted, never recomputed (the depth part's resolution sentence is ``depth.resolution_text`` of the rate
-table's seed counts: arithmetic of the design, not of the results).
+The README has one part per published study (``PARTS``): the factorial study (``study``), the end point of
+Figure 4's pair (``endpoint``) and the depth study (``depth``), each between its own two markers and each a few
+sentences, the headline figure and a link to the report, which holds the full tables. ``lnrepro readme-results
+--part endpoint --report published/endpoint-cpu`` rewrites one part from that report's CSV tables (tables/*.csv,
+docs/outputs.md), or with its Answer sentences (answer.md) where the report has them; a part whose published
+folder does not exist yet says so. ``--check`` only compares and fails when the README differs
+(tests/test_readme_results.py runs it on each part). Every number in a part is a cell of one of those tables or
+a sentence of answer.md, formatted, never recomputed (the depth part's resolution sentence is
+``depth.resolution_text`` of the rate table's seed counts: arithmetic of the design, not of the results).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import pandas as pd
 from ..errors import LnReproError
 from ..io import atomic_write_text
 from ..paths import ANSWER_MD, PUBLISHED_REPORTS
+from . import DEPTH_FIGURES, FIGURES
 
 FIGURE4 = "figure4"  # the comparison whose runs are the paper's Figure 4 (config.yaml, comparisons)
-# The metrics of the section: validation loss in bits (the paper plots it) and tokenized BLEU.
-METRICS = {"valid_loss_base2": "valid loss (bits)", "valid_bleu_tok": "valid BLEU"}
+ANSWER_WORDS = 200  # the README quotes answer.md's paragraphs up to about this many words; the report has them all
 
 
 def _table(report: Path, name: str) -> pd.DataFrame:
@@ -44,20 +45,15 @@ def _num(x: object, digits: int = 2) -> str:
     return "—" if math.isnan(v) else f"{v:.{digits}f}"
 
 
-def _count(x: object) -> str:
-    """A count cell: an integer as an integer, a range string as written."""
-    return f"{int(x)}" if isinstance(x, (int, float)) else str(x)
+def _budget(report: Path) -> str:
+    """The last epoch's budget label (budgets.csv lists it first)."""
+    return str(_table(report, "budgets").iloc[0]["budget"])
 
 
-def _interval(row: pd.Series, digits: int = 2) -> str:
-    if pd.isna(row["ci_low"]):
-        return "no interval"
-    return f"[{_num(row['ci_low'], digits)}, {_num(row['ci_high'], digits)}]"
-
-
-def _md(header: list[str], rows: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(r) + " |" for r in rows])
+def _scale(report: Path) -> str:
+    """The report's scale in words (the claims table's)."""
+    scale = _table(report, "claims")["scale"].dropna()
+    return str(scale.iloc[0]) if not scale.empty else "unknown"
 
 
 def _figure4_runs(report: Path) -> tuple[list[str], pd.Series]:
@@ -69,44 +65,52 @@ def _figure4_runs(report: Path) -> tuple[list[str], pd.Series]:
     return [r.strip() for r in str(row["runs"]).split(",")], row
 
 
-def answer_section(report: Path) -> list[str]:
-    """The report's Answer sentences (answer.md's paragraphs below its heading) under "The answer at this scale";
-    nothing for a report written before answer.md."""
+def answer_paragraphs(report: Path, from_end: bool = False) -> list[str]:
+    """The report's Answer sentences (answer.md's paragraphs below its heading, in its order): the first (the
+    verdict), then those that follow it, or with ``from_end`` those that end it (the end point's: its slope, sign
+    and equivalence tests), up to about ``ANSWER_WORDS`` words in all; none for a report written before
+    answer.md."""
     path = report / ANSWER_MD
     if not path.is_file():
         return []
     body = path.read_text(encoding="utf-8").partition("\n")[2].strip()
-    return [f"**The answer at this scale** (`{ANSWER_MD}`, the report's Answer section):", "", body]
+    paragraphs = [p.strip() for p in body.split("\n\n") if p.strip()]
+    first, rest = paragraphs[:1], paragraphs[1:]
+    words = sum(len(p.split()) for p in first)
+    taken: list[str] = []
+    for p in reversed(rest) if from_end else rest:
+        words += len(p.split())
+        if words > ANSWER_WORDS:
+            break
+        taken.append(p)
+    quoted = first + (taken[::-1] if from_end else taken)
+    if len(quoted) < len(paragraphs):
+        quoted.append(f"(The report's Answer section, `{ANSWER_MD}`, has {len(paragraphs) - len(quoted)} more.)")
+    return quoted
 
 
-def milestone_epochs(epochs: list[int]) -> list[int]:
-    """The first two epochs, every fifth and the last: a long run's curve in a README-sized table."""
-    return [e for e in epochs if e <= 2 or e % 5 == 0 or e == epochs[-1]]
-
-
-def figure4_section(report: Path, shown: Callable[[list[int]], list[int]] | None = None) -> list[str]:
-    """Figure 4's pair per epoch (``shown`` picks the epochs; default every one), then whether each run had
-    stopped improving."""
-    runs, _ = _figure4_runs(report)
+def figure4_sentence(report: Path) -> str:
+    """Figure 4's pair at epoch 2 and at the last epoch: validation BLEU and loss, seed mean ± standard deviation
+    (run_epochs.csv), then the pair's confound verdict (confounds.csv)."""
+    (a, b), row = _figure4_runs(report)
     per_epoch = _table(report, "run_epochs")
-    header = ["epoch"] + [f"{run}: {label}" for run in runs for label in METRICS.values()]
-    rows = []
-    every = sorted(int(e) for e in per_epoch[per_epoch["run"].isin(runs)]["epoch"].unique())
-    for epoch in shown(every) if shown else every:
-        cells = [str(int(epoch))]
-        for run in runs:
-            r = per_epoch[(per_epoch["run"] == run) & (per_epoch["epoch"] == epoch)]
-            for m in METRICS:
-                if r.empty or pd.isna(r.iloc[0].get(f"{m}_mean")):
-                    cells.append("—")
-                else:
-                    cells.append(f"{_num(r.iloc[0][f'{m}_mean'])} ± {_num(r.iloc[0][f'{m}_std'])}")
-        rows.append(cells)
-    n = per_epoch[per_epoch["run"].isin(runs)].groupby("run")["n_ok"].max().to_dict()
-    seeds = ", ".join(f"{run} {int(n.get(run, 0))}" for run in runs)
-    which = "" if len(rows) == len(every) else f"epochs {', '.join(r[0] for r in rows)} of {len(every)}; "
-    return ([f"**Figure 4 at this scale** ({which}seed mean ± standard deviation; seeds: {seeds}):", ""]
-            + _md(header, rows) + ["", plateau_sentence(report, runs)])
+    pair = per_epoch[per_epoch["run"].isin([a, b])]
+    epochs = sorted(int(e) for e in pair["epoch"].unique())
+    seeds = pair.groupby("run")["n_ok"].max().to_dict()
+
+    def at(run: str, epoch: int) -> str:
+        r = pair[(pair["run"] == run) & (pair["epoch"] == epoch)]
+        cell = (lambda m: "—" if r.empty or pd.isna(r.iloc[0][f"{m}_mean"])
+                else f"{_num(r.iloc[0][f'{m}_mean'])} ± {_num(r.iloc[0][f'{m}_std'])}")
+        return f"{cell('valid_bleu_tok')} ({cell('valid_loss_base2')})"
+
+    shown = list(dict.fromkeys([e for e in epochs if e == 2] + epochs[-1:]))
+    when = "; ".join(f"at epoch {e}, `{b}` {at(b, e)} against `{a}` {at(a, e)}" for e in shown)
+    also = row.get("also differs (confounds)")
+    also = "" if pd.isna(also) else f": besides {row['factor']} the pair differs in {also}"
+    return (f"Figure 4's pair at this scale, validation BLEU (loss in bits), seed mean ± standard deviation over "
+            f"{int(seeds.get(b, 0))} and {int(seeds.get(a, 0))} seeds: {when}. The comparison is "
+            f"{row['verdict']}{also}.")
 
 
 def convergence_sentence(report: Path, runs: list[str]) -> str:
@@ -115,17 +119,14 @@ def convergence_sentence(report: Path, runs: list[str]) -> str:
     parts = []
     for run in runs:
         if run not in conv.index or pd.isna(conv.loc[run, "slope"]):
-            parts.append(f"{run}: fewer scored epochs than the window")
+            parts.append(f"of `{run}` has fewer scored epochs than the window")
             continue
         r = conv.loc[run]
-        cut = f"; learning rate {r['lr_cut']}" if isinstance(r["lr_cut"], str) and r["lr_cut"] else ""
-        parts.append(f"{run} {_num(r['nll_first'])} to {_num(r['nll_last'])} bits over epochs {r['epochs']}, "
-                     f"{_num(100 * float(r['rel_slope']), 2)}% an epoch (95% interval "
-                     f"{_num(100 * float(r['rel_low']), 2)} to {_num(100 * float(r['rel_high']), 2)}){cut}: "
-                     f"{r['label']}")
+        parts.append(f"of `{run}` moved {_num(100 * float(r['rel_slope']))}% an epoch over epochs {r['epochs']} "
+                     f"({_num(r['nll_first'])} to {_num(r['nll_last'])} bits: {r['label']})")
     tol = float(conv["tolerance"].dropna().iloc[0]) if conv["tolerance"].notna().any() else math.nan
-    return (f"Validation NLL at the end (converged: the per-epoch slope's 95% interval within ±{_num(100 * tol, 1)}% "
-            "an epoch; after a step decay's cut, annealed): " + "; ".join(parts) + ".")
+    return (f"At the end the validation NLL {'; '.join(parts)}; converged: the slope's 95% interval within "
+            f"±{_num(100 * tol, 1)}% an epoch.")
 
 
 def plateau_sentence(report: Path, runs: list[str]) -> str:
@@ -137,218 +138,88 @@ def plateau_sentence(report: Path, runs: list[str]) -> str:
     parts = []
     for run in runs:
         if run not in plateau.index or pd.isna(plateau.loc[run, "spread"]):
-            parts.append(f"{run}: fewer than three scored epochs")
+            parts.append(f"of `{run}` has fewer than three scored epochs")
             continue
         r = plateau.loc[run]
-        verdict = "a plateau" if bool(r["plateau"]) else "still changing, not a plateau"
-        parts.append(f"{run} {_num(r['loss_first'])} to {_num(r['loss_last'])} bits over epochs {r['epochs']}, "
-                     f"a spread of {_num(100 * float(r['spread']), 1)}% ({verdict})")
-    return ("Validation loss over the last three epochs (a plateau: within 1% of each other): "
-            + "; ".join(parts) + ".")
+        verdict = "a plateau" if bool(r["plateau"]) else "not a plateau"
+        parts.append(f"of `{run}` moved {_num(100 * float(r['spread']), 1)}% over epochs {r['epochs']} "
+                     f"({_num(r['loss_first'])} to {_num(r['loss_last'])} bits: {verdict})")
+    return (f"At the end the validation loss {'; '.join(parts)}; a plateau: the last three epochs within 1% of "
+            "each other.")
 
 
-def effects_section(report: Path) -> list[str]:
-    effects, budgets = _table(report, "effects"), _table(report, "budgets")
-    last = budgets.iloc[0]  # budgets.csv lists the last epoch first
-    at = effects[effects["budget"] == last["budget"]]
-    rows = []
-    for term in at["effect"].unique():
-        cells = [term]
-        for m in METRICS:
-            r = at[(at["effect"] == term) & (at["metric"] == m)]
-            cells.append("—" if r.empty else f"{_num(r.iloc[0]['estimate'])} {_interval(r.iloc[0])}")
-        rows.append(cells)
-    # updates and tokens are one number, or "min–max" over seeds (budgets.csv); empty when unknown
-    sizes = [f"{_count(last[k])} {label}" for k, label in (("updates", "updates"), ("target_tokens", "target tokens"))
-             if not pd.isna(last[k])]
-    budget = ", ".join([str(last["budget"])] + sizes)
-    return ([f"**Factorial effects at the fixed budget** ({budget}; estimate and 95% interval over seeds; a main "
-             "effect is Pre minus Post, warm-up on minus off, step minus inverse-sqrt decay):", ""]
-            + _md(["term"] + list(METRICS.values()), rows))
+def figure_and_link(report: Path, shown_as: str, figure: str, alt: str) -> str:
+    """The headline figure as an image in the report's figures/, the scale, and the link to the report."""
+    return (f"![{alt}]({shown_as}/figures/{figure})\n\nScale: {_scale(report)}, not the paper's IWSLT14 setup. "
+            f"The full tables, figures and every deviation from the paper: [`{shown_as}/index.html`]"
+            f"({shown_as}/index.html).")
 
 
-def divergence_section(report: Path) -> list[str]:
-    fail = _table(report, "failures")
-    new = "n_did_not_train" in fail.columns  # the published CPU study's counts a BLEU floor
-    col, head = (("n_did_not_train", "did not train (far from the best run's BLEU or NLL)") if new
-                 else ("n_below_floor", "finished below the BLEU floor"))
-    rows = [[r["run"], f"{int(r['n_diverged'])} of {int(r['n_seeds'])}", str(int(r[col]))]
-            for _, r in fail.iterrows()]
-    return ["**Divergence and failure per run** (at the last epoch):", ""] + _md(["run", "diverged", head], rows)
+def figure4_part(report: Path, shown_as: str, from_end: bool = False) -> list[str]:
+    """The study's part: the Answer sentences, or where the report has none Figure 4's pair at epoch 2 and at
+    the end and whether it had stopped improving; then the headline figure and the link."""
+    runs, _ = _figure4_runs(report)
+    said = answer_paragraphs(report, from_end) or [figure4_sentence(report), plateau_sentence(report, runs)]
+    return [*said, figure_and_link(report, shown_as, FIGURES["figure4"], "Figure 4's pair per epoch")]
 
 
-def tuned_section(report: Path) -> list[str]:
-    tuned = _table(report, "tuned")
-    if tuned.empty:
-        return ["**Tuned against tuned**: no tuned baselines in this report."]
-    rows = [[r["run_a"], r["run_b"], r["metric"], _num(r["mean_a"]), _num(r["mean_b"]), _num(r["difference"]),
-             _interval(r), f"{int(r['n_a'])} / {int(r['n_b'])}"] for _, r in tuned.iterrows()]
-    return ["**Tuned against tuned** (each grid's best trial by validation loss, on test):", ""] + _md(
-        ["Post-LN best", "Pre-LN best", "metric", "Post-LN", "Pre-LN", "difference", "95% interval", "seeds"],
-        rows)
+def endpoint_part(report: Path, shown_as: str) -> list[str]:
+    """The end point's part: as the study's, with the Answer's verdict and the sentences that end it."""
+    return figure4_part(report, shown_as, from_end=True)
 
 
-def gradinit_section(report: Path) -> list[str]:
-    path = report / "tables" / "gradinit_fit.csv"
-    if not path.is_file():
-        return ["**Gradient at initialization**: not measured in this report."]
-    fit = pd.read_csv(path)
-    fit = fit[fit["statistic"] == "expected_grad_fro"]
-    rows = [[r["norm"], f"{r['stack']} {r['layer']} {r['param']}", _num(r["b"], 3),
-             f"[{_num(r['b_low'], 3)}, {_num(r['b_high'], 3)}]", _num(r["theory_b"], 1), str(r["depths"])]
-            for _, r in fit.iterrows()]
-    return ["**Gradient at initialization** (exponent b of ||E[dL/dW]||_F ~ depth^b; Theorem 1 predicts 0 for "
-            "Post-LN and -0.5 for Pre-LN):", ""] + _md(["norm", "weight", "b", "95% interval", "theory", "depths"],
-                                                       rows)
-
-
-def confound_section(report: Path) -> list[str]:
-    _, row = _figure4_runs(report)
-    also = row.get("also differs (confounds)")
-    also = "" if pd.isna(also) else f", also differing: {also}"
-    return [f"**Confound verdict for `{FIGURE4}`**: {row['verdict']}{also}."]
-
-
-def _scale(report: Path) -> str:
-    """The report's scale in words (the claims table's)."""
-    scale = _table(report, "claims")["scale"].dropna()
-    return str(scale.iloc[0]) if not scale.empty else "unknown"
-
-
-def source_line(report: Path, shown_as: str) -> list[str]:
-    """Which report a part comes from, and its scale."""
-    return [f"Generated from `{shown_as}` (open `{shown_as}/index.html`). Scale: {_scale(report)}. These are "
-            "measurements at that scale, not the paper's IWSLT14 setup; the report's Assumptions and deviations "
-            "section lists every difference."]
-
-
-def _budget(report: Path) -> str:
-    """The last epoch's budget label (budgets.csv lists it first)."""
-    return str(_table(report, "budgets").iloc[0]["budget"])
-
-
-def equivalence_section(report: Path) -> list[str]:
-    """Figure 4's arms at the last epoch within a margin (equivalence.csv, as the report's page shows it)."""
-    from .equivalence import view
-
-    table = _table(report, "equivalence")
-    if table.empty:
-        return ["**Equivalence at the last epoch**: no test (the Answer above says why)."]
-    shown = view(table)
-    shown.insert(1, "epoch", table["epoch"].astype(int).astype(str).tolist())
-    return ([f"**Equivalence at the last epoch** ({table['difference_of'].iloc[0]}; two one-sided tests against "
-             "the margin, equivalent when the 90% Welch interval lies within it):", ""]
-            + _md(list(shown.columns), shown.astype(str).values.tolist()))
-
-
-def brackets_section(report: Path) -> list[str]:
-    """Whether each tuning grid brackets its best trial (tuned_brackets.csv's sentences)."""
-    from .tuned import bracket_sentences
-
-    path = report / "tables" / "tuned_brackets.csv"
-    brackets = pd.read_csv(path, keep_default_na=False) if path.is_file() else pd.DataFrame()
-    if brackets.empty:
-        return ["**Tuning grids**: none in this report."]
-    return ["**Tuning grids** (each grid's best trial by validation loss at the last epoch):", ""] + [
-        f"- {s}" for s in bracket_sentences(brackets)]
-
-
-def reference_section(report: Path) -> list[str]:
-    """The seeds judged against a named run instead of the best one (analysis.report.failure_reference): e.g.
-    Post-LN without warm-up against Post-LN with warm-up at the paper's learning rate (seed_fates.csv)."""
-    fates = _table(report, "seed_fates")
-    at = fates[(fates["budget"] == _budget(report)) & fates["reference"].fillna("").astype(bool)]
-    if at.empty:
-        return []
-    rows = [[r["run"], str(int(r["seed"])), _num(r["bleu"]), _num(r["nll"]), r["reference"],
-             _num(r["reference_bleu"]), _num(r["reference_nll"]), r["fate"]] for _, r in at.iterrows()]
-    return (["**Judged against a named run** (at the last epoch, against that run's seed means; the fate by the "
-             "report's failure rule):", ""]
-            + _md(["run", "seed", "valid BLEU", "valid NLL (bits)", "against", "its BLEU", "its NLL", "fate"], rows))
-
-
-def depth_rates_section(report: Path) -> list[str]:
-    """Divergence and failure per variant, depth and warm-up at the last epoch, with Wilson 95% intervals."""
+def depth_failures_sentence(report: Path) -> str:
+    """The cells with failed seeds at the last epoch, with Wilson 95% intervals (depth_rates.csv), and the
+    design's resolution."""
     from .depth import resolution_text
 
     rates = _table(report, "depth_rates")
     at = rates[rates["budget"] == _budget(report)]
-
-    def rate(k: object, n: object, lo: object, hi: object) -> str:
-        return f"{int(k)} of {int(n)} [{_num(lo)}, {_num(hi)}]" if int(n) else "no seed with a fate"
-
-    rows = [[r["label"], str(int(r["depth"])), "on" if bool(r["warmup"]) else "off",
-             rate(r["n_diverged"], r["n_with_fate"], r["divergence_low"], r["divergence_high"]),
-             rate(r["n_failed"], r["n_with_fate"], r["failure_low"], r["failure_high"]), r["best_run_at_depth"]]
-            for _, r in at.iterrows()]
-    n_with = [int(n) for n in at["n_with_fate"] if int(n) > 0]
+    failed = [f"{r['label']} at {int(r['depth'])} layers {'with' if bool(r['warmup']) else 'without'} warm-up "
+              f"{int(r['n_failed'])} of {int(r['n_with_fate'])} [{_num(r['failure_low'])}, {_num(r['failure_high'])}]"
+              for _, r in at.iterrows() if int(r["n_with_fate"]) and int(r["n_failed"])]
     epoch = int(at["epoch"].iloc[0]) if len(at) else 0
-    return ([f"**Failure and divergence at epoch {epoch}** (seeds and Wilson 95% interval; failed: diverged, "
-             "stopped or did not train against the best run of the same depth):", ""]
-            + _md(["variant", "layers", "warm-up", "diverged", "failed", "best run at this depth"], rows)
-            + ["", f"Resolution: {resolution_text(n_with)}."])
+    n_with = [int(n) for n in at["n_with_fate"] if int(n) > 0]
+    return (f"Failed seeds at epoch {epoch} (diverged, stopped or did not train against the best run of the same "
+            f"depth; Wilson 95% interval): {'; '.join(failed) if failed else 'none'}; every other cell none. "
+            f"Resolution: {resolution_text(n_with)}.")
 
 
-def depth_quality_section(report: Path) -> list[str]:
-    """Validation BLEU at the last epoch of the seeds that trained (depth_quality.csv)."""
-    quality = _table(report, "depth_quality")
-    bleu = quality[quality["metric"] == "valid_bleu_tok"]
-    rows = [[r["run"], str(int(r["n_trained"])), _num(r["mean"]), _interval(r)] for _, r in bleu.iterrows()]
-    return (["**Quality of the seeds that trained** (valid BLEU at the last epoch; mean and 95% interval):", ""]
-            + _md(["run", "seeds that trained", "valid BLEU", "95% interval"], rows))
-
-
-def depth_claims_section(report: Path) -> list[str]:
-    """The references' claims about depth, each with its measurement and status (depth_claims.csv)."""
-    claims = _table(report, "depth_claims")
-    rows = [[r["claim"], r["source"], f"{_num(r['measured'])} {_interval(r)}", str(r["n_seeds"]), r["status"]]
-            for _, r in claims.iterrows()]
-    return ["**Claims about depth**:", ""] + _md(["claim", "source", "measured", "seeds", "status"], rows)
-
-
-def depth_limits_section(report: Path) -> list[str]:
-    """What the depth study cannot show: its one dataset and width, its epochs and seeds (from its tables)."""
-    rates = _table(report, "depth_rates")
-    at = rates[rates["budget"] == _budget(report)]
+def depth_limits_sentence(report: Path) -> str:
+    """What the depth study cannot show: its epochs, depths and seeds (from its tables)."""
+    at = _table(report, "depth_rates")
+    at = at[at["budget"] == _budget(report)]
     if at.empty:
-        return []
+        return ""
     seeds = sorted({int(n) for n in at["n_seeds"]})
     seeds_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
     depths = ", ".join(str(int(d)) for d in sorted(at["depth"].unique()))
-    return [f"What this cannot show: one dataset and one width ({_scale(report)}), {int(at['epoch'].iloc[0])} "
-            f"epochs, depths {depths} and {seeds_text} seeds a cell. A failure here is a failure at this learning "
-            "rate and budget; a run that trains slowly enough can be classed as failed, and a rate over a few seeds "
-            "resolves only large differences (above)."]
+    return (f"What this cannot show: one dataset and one width, {int(at['epoch'].iloc[0])} epochs, depths {depths} "
+            f"and {seeds_text} seeds a cell; a failure is one at this learning rate and budget.")
 
 
-def study_sections(report: Path, shown_as: str) -> list[list[str]]:
-    return [answer_section(report), source_line(report, shown_as), figure4_section(report),
-            effects_section(report), divergence_section(report), tuned_section(report), gradinit_section(report),
-            confound_section(report)]
-
-
-def endpoint_sections(report: Path, shown_as: str) -> list[list[str]]:
-    return [answer_section(report), source_line(report, shown_as), figure4_section(report, milestone_epochs),
-            equivalence_section(report), brackets_section(report), tuned_section(report), reference_section(report),
-            divergence_section(report)]
-
-
-def depth_sections(report: Path, shown_as: str) -> list[list[str]]:
-    return [source_line(report, shown_as), depth_rates_section(report), depth_quality_section(report),
-            depth_claims_section(report), gradinit_section(report), depth_limits_section(report)]
+def depth_part(report: Path, shown_as: str) -> list[str]:
+    return [depth_failures_sentence(report), depth_limits_sentence(report),
+            figure_and_link(report, shown_as, DEPTH_FIGURES["depth"], "failure rate against depth")]
 
 
 @dataclass(frozen=True)
 class Part:
-    """One part of the README's Results section: the published report it comes from and what it shows."""
+    """One generated part of the README: the published report it comes from and what it shows."""
 
     name: str
-    sections: Callable[[Path, str], list[list[str]]]
+    study: str  # the study in words, for the part's line while it is not published
+    paragraphs: Callable[[Path, str], list[str]]
 
     @property
     def published(self) -> str:
         """The published report's folder, as the README names it."""
         return PUBLISHED_REPORTS[self.name]
+
+    @property
+    def not_published(self) -> str:
+        """The part's text while its published folder does not exist."""
+        return f"The {self.study} (`presets/{Path(self.published).name}.yaml`) has not been published yet.\n"
 
     @property
     def begin(self) -> str:
@@ -360,14 +231,14 @@ class Part:
         return f"<!-- results:{self.name}: end -->"
 
 
-PARTS = {p.name: p for p in (Part("study", study_sections), Part("endpoint", endpoint_sections),
-                             Part("depth", depth_sections))}
+PARTS = {p.name: p for p in (Part("study", "CPU study", figure4_part),
+                             Part("endpoint", "end-point study", endpoint_part),
+                             Part("depth", "depth study", depth_part))}
 
 
 def results_markdown(report: Path, shown_as: str, part: str = "study") -> str:
     """A part's body from ``report``'s tables; ``shown_as`` is the report's path as the README names it."""
-    sections = PARTS[part].sections(Path(report), shown_as)
-    return "\n\n".join("\n".join(p) for p in sections if p) + "\n"
+    return "\n\n".join(p for p in PARTS[part].paragraphs(Path(report), shown_as) if p) + "\n"
 
 
 def replace_section(readme_text: str, body: str, part: str = "study") -> str:
@@ -381,13 +252,17 @@ def replace_section(readme_text: str, body: str, part: str = "study") -> str:
 
 
 def update_readme(readme: Path, report: Path, shown_as: str, check: bool = False, part: str = "study") -> bool:
-    """Rewrite (or with ``check`` only compare) one part of the README's results section; True when it was up
-    to date."""
-    if not (Path(report) / "tables").is_dir():
+    """Rewrite (or with ``check`` only compare) one generated part of the README; True when it was up to date.
+    The part's own published folder, while it does not exist, gives the line that says so."""
+    if (Path(report) / "tables").is_dir():
+        body = results_markdown(report, shown_as, part)
+    elif shown_as == PARTS[part].published and not Path(report).exists():
+        body = PARTS[part].not_published
+    else:
         raise LnReproError(f"{report}: no report there (its tables/ folder is missing); a part is generated from a "
                            "published report, the study's results/{name}/report/ copied there")
     text = Path(readme).read_text(encoding="utf-8")
-    new = replace_section(text, results_markdown(report, shown_as, part), part)
+    new = replace_section(text, body, part)
     if new == text:
         return True
     if check:
