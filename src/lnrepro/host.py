@@ -63,6 +63,7 @@ def host_identity(threads: int) -> dict[str, Any]:
 
 def host_key(identity: Mapping[str, Any]) -> str:
     """What decides whether two jobs' costs compare: the CPU flags and the threads ("avx2+avx512f, 2 threads";
-    "no listed flags, 2 threads" where the CPU has none of them or the host is not Linux)."""
+    "no listed flags, 1 thread" where the CPU has none of them or the host is not Linux)."""
     flags = "+".join(sorted(identity.get("cpu_flags") or [])) or "no listed flags"
-    return f"{flags}, {identity.get('threads')} threads"
+    threads = identity.get("threads")
+    return f"{flags}, {threads} thread{'' if threads == 1 else 's'}"
