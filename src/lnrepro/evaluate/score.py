@@ -31,7 +31,8 @@ import torch
 from ..config.settings import VALID, ScoreSettings, SplitDecoding
 from ..device import DEFAULT_DEVICE, device_name, select_device
 from ..errors import LnReproError
-from ..io import (atomic_write_lines, file_sha256, process_cpu_s, process_wall_s, read_json, read_lines,
+from ..host import host_identity
+from ..io import (atomic_write_lines, file_sha256, git_commit, process_cpu_s, process_wall_s, read_json, read_lines,
                   where_ran)
 from ..memory import keep_freed_memory
 from ..paths import RunFolder
@@ -227,6 +228,8 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
     eval_json, bpe_dir, prepared_dir = map(Path, (eval_json, bpe_dir, prepared_dir))
     torch.set_num_threads(max(1, int(threads)))
     keep_freed_memory()
+    host = host_identity(max(1, int(threads)))  # a matmul of its own: no RNG or model touched
+    commit, dirty = git_commit()
     settings = ScoreSettings.read(eval_json)
     torch_device = select_device(device)
     dev_name = device_name(torch_device)
@@ -249,7 +252,8 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
             "weights": m.weights, "weights_sha256": m.sha256, "manifest": str(manifest),
             "decode": decode, "label_smoothing": settings.label_smoothing, "threads": int(threads),
             "torch": torch.__version__,
-            "where_ran": where_ran(dev_name), "job_checkpoints": n,
+            "where_ran": where_ran(dev_name), "job_checkpoints": n, "host": host, "git_commit": commit,
+            "git_dirty": dirty,
         }
 
         def cost() -> dict[str, float]:
