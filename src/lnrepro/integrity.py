@@ -250,7 +250,7 @@ def _check_scoring_settings(path: Path, ep: int, sc: CheckpointScores, run: str,
                             rescore: str) -> None:
     """The score file's splits, decoding and scoring slice are the ones the experiment's eval settings give."""
     due = experiment.eval.due(ep, experiment.last_of(run))
-    if tuple(sc.splits) != due:
+    if set(sc.splits) != set(due):
         raise LnReproError(f"{path}: scores the splits {', '.join(sc.splits)}, but the experiment scores "
                            f"{', '.join(due) or 'none'} at epoch {ep} (eval.splits.*.epochs): {rescore}")
     slice_ = experiment.eval.scoring(due)
