@@ -130,7 +130,7 @@ def _epoch_files(folder: Path) -> dict[int, Path]:
 def _belongs(where: Path, record_run: str | None, record_seed: int | None, run: str, seed: int, way_out: str) -> None:
     if (record_run, record_seed) != (run, seed):
         raise LnReproError(f"{where}: the record of run {record_run} seed {record_seed}, read as run {run} seed "
-                           f"{seed}: a file copied from another run folder. {way_out}")
+                           f"{seed}: a file copied from another run folder; {way_out}")
 
 
 def _config_reference(folder: RunFolder, run: str, seed: int, config_sha256: str | None,
@@ -173,7 +173,7 @@ def _check_manifest(path: Path, ep: int, m: EpochManifest, run: str, seed: int, 
                     experiment: Experiment | None) -> None:
     retrain = (f"train the run again: snakemake --configfile ... --forcerun {_retrain_rule(experiment, run)}, or "
                f"delete {path}")
-    _belongs(path, m.run, m.seed, run, seed, f"Delete it, or {retrain}")
+    _belongs(path, m.run, m.seed, run, seed, retrain)
     if m.epoch != ep:
         raise LnReproError(f"{path}: the manifest of epoch {m.epoch}, under the name of epoch {ep}: {retrain}")
     if config is not None and m.config_sha256 is not None and m.config_sha256 != config:
