@@ -13,7 +13,8 @@ not this run's, or contradicts the others, is one ``LnReproError`` naming the fi
 out.
 
 ``check_table(path, df, keys)`` checks that a study-level table holds every combination of the values its
-settings name, each with as many rows as the others of its kind.
+settings name, each with as many rows as the others of its kind; ``check_gradinit`` and ``check_gradinit_fit``
+apply it to the gradient-at-initialization tables with the experiment's ``analysis.gradinit``.
 
 Torch-free: the report and ``lnrepro publish`` call it.
 """
@@ -32,10 +33,12 @@ import pandas as pd
 from .config.settings import Experiment
 from .errors import LnReproError
 from .io import file_sha256, read_json
+from .norms import NORMS
 from .paths import RunFolder
 from .records import CheckpointScores, EpochManifest, RunStatus, RunSummary
 
-__all__ = ["RunCheck", "TrainLog", "check_run", "check_table", "read_train_log"]
+__all__ = ["RunCheck", "TrainLog", "check_gradinit", "check_gradinit_fit", "check_run", "check_table",
+           "read_train_log"]
 
 _EPOCH_JSON = re.compile(r"^epoch(\d{3})\.json$")
 # the decoding settings a score file records per split that the experiment's eval settings decide
@@ -356,3 +359,36 @@ def check_table(path: str | Path, df: pd.DataFrame, keys: Mapping[str, Iterable[
     if len(uneven):
         raise LnReproError(f"{path}: combinations of {', '.join(cols)} with fewer rows than their like (a cut or "
                            f"damaged table): {way_out}")
+
+
+def check_gradinit(path: str | Path, df: pd.DataFrame, experiment: Experiment, *, after_warmup: bool = False) -> None:
+    """``gradinit.csv`` (``gradinit_after_warmup.csv``) holds every model its settings measure, each whole, with
+    those settings: at init each norm variant it measured (every one a registered variant) at every depth and
+    seed of ``analysis.gradinit``; after warm-up the after-warm-up run at each of its seeds."""
+    g = experiment.analysis.gradinit
+    settings = {"batches": [g.batches], "max_tokens": [g.max_tokens], "precision": [g.precision]}
+    rule = "gradinit_after_warmup" if after_warmup else "gradinit"
+    if after_warmup:
+        run = experiment.runs[g.after_warmup_run]
+        models = {"checkpoint": ["after_warmup"], "run": [g.after_warmup_run], "norm": [run.model.norm],
+                  "depth": [run.model.decoder_layers], "seed": list(experiment.seeds_of(g.after_warmup_run))}
+    else:
+        measured = set(df["norm"].dropna())
+        unknown = sorted(measured - set(NORMS))
+        if unknown:
+            raise LnReproError(f"{path}: norm variants {unknown} that are not registered ({', '.join(NORMS)}): "
+                               f"write it again: snakemake --configfile ... --forcerun {rule}")
+        models = {"checkpoint": ["init"], "norm": [n for n in NORMS if n in measured], "depth": list(g.depths),
+                  "seed": list(g.seeds)}
+    check_table(path, df, {**models, **settings}, rule=rule, per=[k for k in models if k != "seed"],
+                filled=["value", "updates"])
+
+
+def check_gradinit_fit(path: str | Path, fit: pd.DataFrame, experiment: Experiment, norms: Iterable[str]) -> None:
+    """``gradinit_fit.csv`` fits each of ``norms`` (the variants gradinit.csv measured) over the depths and seeds
+    of ``analysis.gradinit``."""
+    g, norms = experiment.analysis.gradinit, set(norms)
+    fitted = {"norm": [n for n in NORMS if n in norms], "depths": [";".join(map(str, g.depths))],
+              "seeds": [";".join(map(str, g.seeds))]}
+    check_table(path, fit.astype({"depths": str, "seeds": str}), fitted, rule="gradinit", per=["norm"],
+                filled=["n"])

@@ -21,9 +21,8 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from ..errors import LnReproError
-from ..integrity import check_run, check_table, read_train_log
+from ..integrity import check_gradinit, check_gradinit_fit, check_run, read_train_log
 from ..io import read_json
-from ..norms import NORMS
 from ..paths import Paths
 from ..records import CheckpointScores, EpochManifest, Record, RunSummary
 from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
@@ -105,28 +104,6 @@ def _analysis_csv(path: Path, columns: list[str]) -> pd.DataFrame | None:
     return df
 
 
-def _check_gradinit(path: Path, df: pd.DataFrame, experiment: Experiment, after_warmup: bool) -> None:
-    """The table holds every model its settings measure (at init: each norm variant it measured, every one a
-    registered variant, at every depth and seed; after warm-up: the after-warm-up run at each of its seeds),
-    each whole, with those settings."""
-    g = experiment.analysis.gradinit
-    settings = {"batches": [g.batches], "max_tokens": [g.max_tokens], "precision": [g.precision]}
-    if after_warmup:
-        run = experiment.runs[experiment.analysis.gradinit.after_warmup_run]
-        models = {"checkpoint": ["after_warmup"], "run": [g.after_warmup_run], "norm": [run.model.norm],
-                  "depth": [run.model.decoder_layers], "seed": list(experiment.seeds_of(g.after_warmup_run))}
-    else:
-        measured = set(df["norm"].dropna())
-        unknown = sorted(measured - set(NORMS))
-        if unknown:
-            raise LnReproError(f"{path}: norm variants {unknown} that are not registered ({', '.join(NORMS)}): "
-                               "write it again: snakemake --configfile ... --forcerun gradinit")
-        models = {"checkpoint": ["init"], "norm": [n for n in NORMS if n in measured], "depth": list(g.depths),
-                  "seed": list(g.seeds)}
-    check_table(path, df, {**models, **settings}, rule="gradinit_after_warmup" if after_warmup else "gradinit",
-                per=[k for k in models if k != "seed"], filled=["value", "updates"])
-
-
 def _read_gradinit(exp_dir: Path, paths: Paths, experiment: Experiment
                    ) -> tuple[pd.DataFrame | None, pd.DataFrame | None, str]:
     """analysis/gradinit.csv with the rows of gradinit_after_warmup.csv appended when the experiment measures
@@ -138,19 +115,15 @@ def _read_gradinit(exp_dir: Path, paths: Paths, experiment: Experiment
     gi = _analysis_csv(local(paths.gradinit_csv), GRADINIT_COLUMNS)
     if gi is None:
         return None, None, f"not computed (no {Path(paths.gradinit_csv).relative_to(paths.root)})"
-    _check_gradinit(local(paths.gradinit_csv), gi, experiment, after_warmup=False)
+    check_gradinit(local(paths.gradinit_csv), gi, experiment)
     if experiment.analysis.gradinit.after_warmup_run in experiment.runs:
         after = _analysis_csv(local(paths.gradinit_after_warmup_csv), GRADINIT_COLUMNS)
         if after is not None:
-            _check_gradinit(local(paths.gradinit_after_warmup_csv), after, experiment, after_warmup=True)
+            check_gradinit(local(paths.gradinit_after_warmup_csv), after, experiment, after_warmup=True)
             gi = pd.concat([gi, after], ignore_index=True)
     fit = _analysis_csv(local(paths.gradinit_fit_csv), FIT_COLUMNS)
     if fit is not None:
-        g = experiment.analysis.gradinit
-        fitted = {"norm": [n for n in NORMS if n in set(gi["norm"])], "depths": [";".join(map(str, g.depths))],
-                  "seeds": [";".join(map(str, g.seeds))]}
-        check_table(local(paths.gradinit_fit_csv), fit.astype({"depths": str, "seeds": str}), fitted,
-                    rule="gradinit", per=["norm"], filled=["n"])
+        check_gradinit_fit(local(paths.gradinit_fit_csv), fit, experiment, norms=set(gi["norm"]))
     return gi, fit, ""
 
 
