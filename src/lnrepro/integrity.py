@@ -108,6 +108,7 @@ def read_train_log(path: str | Path) -> TrainLog:
                 kind = rec.get("kind", "step")
                 if kind == "step":
                     update = int(rec["update"])
+                    values = [float(v) for v in rec["lrs"]] if isinstance(rec.get("lrs"), list) else []
                 elif kind == "epoch":
                     epochs[int(rec["epoch"])] = rec
                     continue
@@ -118,9 +119,7 @@ def read_train_log(path: str | Path) -> TrainLog:
                 raise LnReproError(f"{path}:{i}: not a whole training-log record ({e}): the log was cut or "
                                    "damaged after training wrote it") from e
             steps[update] = rec  # later attempts overwrite earlier ones
-            if isinstance(rec.get("lrs"), list):
-                values = [float(v) for v in rec["lrs"]]
-                lrs.update(zip(range(update - len(values) + 1, update + 1), values))
+            lrs.update(zip(range(update - len(values) + 1, update + 1), values))
     return TrainLog(dict(sorted(steps.items())), dict(sorted(lrs.items())), epochs, finished)
 
 
@@ -299,6 +298,8 @@ def check_run(run_dir: str | Path, run: str, seed: int, *, config_sha256: str | 
     if run_json.is_file():
         info = read_json(run_json)
         way_out = _rewrite_outputs(run_json, experiment, run)
+        if not isinstance(info, dict):
+            raise LnReproError(f"{run_json}: expected a JSON object; {way_out}")
         _belongs(run_json, info.get("run"), info.get("seed"), run, seed, way_out)
         if config is not None and info.get("config_sha256") != config:
             raise LnReproError(f"{run_json}: trained from another config.json (config_sha256 "
