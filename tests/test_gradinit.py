@@ -265,6 +265,11 @@ def test_after_warmup_takes_the_first_checkpoint_that_reaches_t_warmup(tmp_path)
     assert _trained_on(other)["spm.model"] != data["spm.model"]
     with pytest.raises(LnReproError, match=r"spm\.model: not the BPE model .*epoch002\.json was trained with"):
         run_after_warmup(config, tmp_path / "other", manifests, tmp_path / "aw2.csv", threads=1)
+    # a manifest of seed 2 copied into seed 1's folder is not read as either seed's (lnrepro.integrity)
+    shutil.copy(manifests[5], manifests[2])
+    with pytest.raises(LnReproError, match=r"seed1/epochs/epoch003\.json: the record of run postln_warmup_isqrt "
+                                           r"seed 2, read as run postln_warmup_isqrt seed 1"):
+        warmup_end_checkpoints(manifests, "postln_warmup_isqrt", t_warmup)
 
 
 def test_by_hand_gradinit_runs_on_the_cpu_where_cuda_is_visible(tmp_path, monkeypatch):

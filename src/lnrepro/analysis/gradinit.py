@@ -55,6 +55,7 @@ import pandas as pd
 from ..config import GradinitConfig, ModelSettings
 from ..device import DEFAULT_DEVICE, select_device
 from ..errors import LnReproError
+from ..integrity import check_run
 from ..io import atomic_write_csv
 from ..norms import NORMS
 from ..paths import RunFolder
@@ -288,13 +289,18 @@ def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: 
 
 def warmup_end_checkpoints(manifests: Iterable[Path], run: str,
                            warmup_updates: int) -> dict[int, tuple[Path, EpochManifest]]:
-    """Per seed, the first epoch manifest of ``run`` (status ok) whose update count reaches T_warmup."""
+    """Per seed, the first epoch manifest of ``run`` (status ok) whose update count reaches T_warmup. Each
+    manifest's run folder is checked whole first (``lnrepro.integrity.check_run``: every record of that run and
+    seed, and of its config)."""
     by_seed: dict[int, list[tuple[Path, EpochManifest]]] = {}
     for path in map(Path, manifests):
         m = EpochManifest.read(path)
         if m.run != run:
             raise LnReproError(f"{path}: a manifest of run {m.run!r}, expected {run!r}")
         by_seed.setdefault(m.seed, []).append((path, m))
+    for folder, seed in sorted({(RunFolder.of_manifest(p).root, m.seed) for found in by_seed.values()
+                                for p, m in found}):
+        check_run(folder, run, seed)
     chosen = {}
     for seed, found in sorted(by_seed.items()):
         reached = [(path, m) for path, m in sorted(found, key=lambda f: f[1].epoch)

@@ -2,18 +2,18 @@
 
 For every selected run and seed, under ``results/{exp}/runs/{run}/seed{seed}/`` (``lnrepro.paths.Paths``): the
 epoch manifests, the score files and ``summary.json`` as their typed records (``lnrepro.records``), ``run.json``
-and ``train.jsonl``; and the gradient-at-initialization tables under ``analysis/``. A file not written yet is
-absent (None), never a crash, because the report must render for a partly finished experiment too; a corrupt
-file is an error naming it and its key, and an unreadable training-log line is listed in ``problems``.
-``run.json`` is read as its mapping, so that a results tree from an earlier version (an older run.json: no
-device name, no torch version) still reports where it ran.
+and ``train.jsonl``; and the gradient-at-initialization tables under ``analysis/``. Each run folder is first
+checked by ``lnrepro.integrity.check_run`` against the experiment (every record this run's, seed's, epoch's and
+settings', a finished training's log whole against its summary) and each table by ``check_table`` against the
+gradinit settings: a record that fails is an error naming the file and the way out, never a silent input. A file
+not written yet is absent (None), never a crash, because the report must render for a partly finished
+experiment too. ``run.json`` is read as its mapping, so that a results tree from an earlier version (an older
+run.json: no device name, no torch version) still reports where it ran.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,13 +21,13 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from ..errors import LnReproError
+from ..integrity import check_gradinit, check_gradinit_fit, check_run, read_train_log
 from ..io import read_json
 from ..paths import Paths
 from ..records import CheckpointScores, EpochManifest, Record, RunSummary
 from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
 from .gradinit_fit import FIT_COLUMNS
 
-_EPOCH_FILE = re.compile(r"^epoch(\d+)\.json$")
 R = TypeVar("R", bound=Record)
 
 
@@ -38,14 +38,13 @@ class SeedResults:
 
     run: str
     seed: int
-    epochs: int  # the epochs to tabulate: the configured count, or more when more are on disk
+    epochs: int  # the run's configured epochs (records beyond them are refused: lnrepro.integrity)
     manifests: dict[int, EpochManifest | None]  # epoch -> epochs/epochNNN.json
     scores: dict[int, CheckpointScores | None]  # epoch -> eval/epochNNN.json
     summary: RunSummary | None
     run_info: dict[str, Any] | None  # run.json's mapping
     steps: dict[int, dict[str, Any]]  # update -> its train.jsonl step record, in update order
     lrs: dict[int, float]  # update -> learning rate (the step records' "lrs"), in update order
-    problems: list[str] = field(default_factory=list)  # unreadable train.jsonl lines
 
 
 @dataclass(frozen=True)
@@ -56,10 +55,6 @@ class Results:
     gradinit: pd.DataFrame | None  # analysis/gradinit.csv (+ gradinit_after_warmup.csv); None when not computed
     gradinit_fit: pd.DataFrame | None  # analysis/gradinit_fit.csv
     gradinit_missing: str  # why gradinit is None ("" when it is not)
-
-    @property
-    def problems(self) -> list[str]:
-        return [p for s in self.seeds for p in s.problems]
 
 
 def _optional_json(path: Path) -> dict[str, Any] | None:
@@ -77,53 +72,14 @@ def _optional_record(cls: type[R], path: Path) -> R | None:
     return cls.read(path) if path.exists() else None
 
 
-def _epochs_on_disk(folder: Path) -> set[int]:
-    if not folder.is_dir():
-        return set()
-    return {int(m.group(1)) for p in folder.iterdir() if (m := _EPOCH_FILE.match(p.name))}
-
-
-def _train_log(path: Path) -> tuple[dict[int, dict[str, Any]], dict[int, float], list[str]]:
-    """train.jsonl's step records by update and every update's learning rate, each from the last attempt that
-    logged it, and the unreadable lines. Records with a "kind" other than "step" (attempt, epoch, diverged,
-    finished markers) are not updates; records without "kind" count as steps. A step's ``lrs`` are the learning
-    rates of the updates since the previous step record, its own last."""
-    steps: dict[int, dict[str, Any]] = {}
-    lrs: dict[int, float] = {}
-    problems: list[str] = []
-    if not path.exists():
-        return steps, lrs, problems
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                if isinstance(rec, dict) and rec.get("kind", "step") != "step":
-                    continue
-                update = int(rec["update"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                problems.append(f"{path}:{i}: not a JSON record with an 'update'")  # a killed writer's last line
-                continue
-            steps[update] = rec  # later attempts overwrite earlier ones
-            if isinstance(rec.get("lrs"), list):
-                try:
-                    values = [float(v) for v in rec["lrs"]]
-                except (TypeError, ValueError):
-                    continue
-                lrs.update(zip(range(update - len(values) + 1, update + 1), values))
-    return dict(sorted(steps.items())), dict(sorted(lrs.items())), problems
-
-
 def _read_seed(exp_dir: Path, paths: Paths, experiment: Experiment, run: str, seed: int) -> SeedResults:
     def local(path: str) -> Path:  # a path of the layout, under exp_dir (the report may read a copied tree)
         return exp_dir / Path(path).relative_to(paths.root)
 
     folder = local(paths.run_dir(run, seed))
-    manifest, score = (local(p(run, seed, "000")).parent for p in (paths.epoch_manifest, paths.score))
-    # epochs on disk beyond the configured count still show (a results tree from an earlier config)
-    n = max([experiment.runs[run].train.epochs, *_epochs_on_disk(manifest), *_epochs_on_disk(score)])
-    steps, lrs, problems = _train_log(folder / "train.jsonl")
+    check_run(folder, run, seed, experiment=experiment)
+    n = experiment.last_of(run)
+    log = read_train_log(folder / "train.jsonl") if (folder / "train.jsonl").exists() else None
     return SeedResults(
         run=run, seed=seed, epochs=n,
         manifests={ep: _optional_record(EpochManifest, local(paths.epoch_manifest(run, seed, f"{ep:03d}")))
@@ -132,7 +88,7 @@ def _read_seed(exp_dir: Path, paths: Paths, experiment: Experiment, run: str, se
                 for ep in range(1, n + 1)},
         summary=_optional_record(RunSummary, local(paths.summary(run, seed))),
         run_info=_optional_json(folder / "run.json"),
-        steps=steps, lrs=lrs, problems=problems)
+        steps=log.steps if log else {}, lrs=log.lrs if log else {})
 
 
 def _analysis_csv(path: Path, columns: list[str]) -> pd.DataFrame | None:
@@ -151,18 +107,24 @@ def _analysis_csv(path: Path, columns: list[str]) -> pd.DataFrame | None:
 def _read_gradinit(exp_dir: Path, paths: Paths, experiment: Experiment
                    ) -> tuple[pd.DataFrame | None, pd.DataFrame | None, str]:
     """analysis/gradinit.csv with the rows of gradinit_after_warmup.csv appended when the experiment measures
-    one (its after_warmup_run is selected) and it exists, and gradinit_fit.csv (None when absent); without
-    gradinit.csv (None, None, the reason)."""
+    one (its after_warmup_run is selected) and it exists, and gradinit_fit.csv (None when absent), each checked
+    whole against the gradinit settings; without gradinit.csv (None, None, the reason)."""
     def local(path: str) -> Path:
         return exp_dir / Path(path).relative_to(paths.root)
 
     gi = _analysis_csv(local(paths.gradinit_csv), GRADINIT_COLUMNS)
     if gi is None:
         return None, None, f"not computed (no {Path(paths.gradinit_csv).relative_to(paths.root)})"
+    check_gradinit(local(paths.gradinit_csv), gi, experiment)
     if experiment.analysis.gradinit.after_warmup_run in experiment.runs:
         after = _analysis_csv(local(paths.gradinit_after_warmup_csv), GRADINIT_COLUMNS)
-        gi = gi if after is None else pd.concat([gi, after], ignore_index=True)
-    return gi, _analysis_csv(local(paths.gradinit_fit_csv), FIT_COLUMNS), ""
+        if after is not None:
+            check_gradinit(local(paths.gradinit_after_warmup_csv), after, experiment, after_warmup=True)
+            gi = pd.concat([gi, after], ignore_index=True)
+    fit = _analysis_csv(local(paths.gradinit_fit_csv), FIT_COLUMNS)
+    if fit is not None:
+        check_gradinit_fit(local(paths.gradinit_fit_csv), fit, experiment, norms=set(gi["norm"]))
+    return gi, fit, ""
 
 
 def read_results(exp_dir: Path, experiment: Experiment) -> Results:
