@@ -201,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     except LnReproError as e:
         print(f"lnrepro {args.stage}: error: {e}", file=sys.stderr)
         return 1
-    except OSError as e:
-        where = e.filename or "a file"
-        print(f"lnrepro {args.stage}: error: {where}: {e.strerror or e} (nothing was replaced in part: make it "
-              "writable or readable, or free space, and rerun)", file=sys.stderr)
+    except OSError as e:  # the file system refused (read-only, permission, a folder for a file): not a bug
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"lnrepro {args.stage}: error: {where}{e.strerror or e} (the file system refused it: fix its "
+              "permissions, mount or space, then rerun the same command)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         again = RESUME.get(args.stage, "it writes what is missing")

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Mapping, TypeVar
 
 from .errors import LnReproError
 from .io import atomic_write_text, file_sha256, finite_json, json_text, read_json
+from .paths import RunFolder
 from .typed import convert, plain
 
 R = TypeVar("R", bound="Record")
@@ -135,8 +136,9 @@ class EpochManifest(Record):
         path = Path(run_dir) / self.weights
         # The cure: train the run again, as the workflow does when told that its summary.json must be rewritten
         # (a plain rerun sees every output up to date); the trainer retrains what its state/ cannot give back.
-        retrain = (f"train the run again: snakemake --cores all --forcerun {Path(where).parent.parent / 'summary.json'}"
-                   " (with your --configfile: it retrains this run and scores it again)")
+        summary = RunFolder(str(Path(where).parent.parent)).summary  # the manifest's run folder, as the caller names it
+        retrain = (f"train the run again: snakemake --cores all --forcerun {summary} (with your --configfile: it "
+                   "retrains this run and scores it again)")
         if not path.is_file():
             raise LnReproError(f"{path}: weights file named by {where} not found (the run's state/ was deleted or "
                                f"moved): {retrain}")
