@@ -64,7 +64,13 @@ include: "workflow/rules/analysis.smk"
 include: "workflow/rules/report.smk"
 
 
+# Every file a stage declares, each named target's: a declared output that no job or target wants is never written
+# again once deleted (Snakemake reruns a job for its requested outputs only). The report reads the rest.
 rule all:
     default_target: True
     input:
-        P.report_html,
+        rules.data.input,
+        rules.bpe.input,
+        rules.train.input,
+        rules.evaluate.input,
+        rules.report.input,

@@ -107,6 +107,16 @@ def test_groups_and_slices_of_per_split_settings(paper: dict) -> None:
     assert e.scoring(("valid", "test")).splits["test"].beam == 5
 
 
+def test_groups_at_the_most_epochs(paper: dict) -> None:
+    """The schema's maximum of train.epochs: every epoch in its group, each asked once (the DAG's bookkeeping is
+    linear in the epochs)."""
+    config = _with_eval(paper, test={"epochs": [500, "last"]})
+    config["defaults"]["train"]["epochs"] = 1000
+    e = cfg.experiment(config).eval
+    assert e.groups(1000) == {("valid", "test"): (500, 1000), ("valid",): (*range(1, 500), *range(501, 1000))}
+    assert [e.splits["test"].scores(ep, 1000) for ep in (0, 1, 500, 1000, 1001)] == [False, False, True, True, False]
+
+
 # The Figure 4 pair trains 30 epochs, every other selected run the paper's 20 (as in the end-point preset).
 LONGER_PAIR = {"runs": {run: {"train": {"epochs": 30}} for run in ("postln_warmup_isqrt", "preln_nowarmup_step8")}}
 

@@ -68,6 +68,32 @@ FAULTS = {
                       r"key analysis\.report\.equivalence_margins\.bleu_tok: 0 is less than or equal to the minimum"),
     "a margin for an unknown metric": ({"analysis": {"report": {"equivalence_margins": {"bleu": 1.0}}}},
                                        r"unknown key analysis\.report\.equivalence_margins\.bleu"),
+    # A NaN passes every bound of the schema (a comparison with it is false): training recorded "diverged", scoring
+    # ended in a traceback. Every number is checked, whatever its key.
+    "a learning rate that is not a number": ({"defaults": {"optim": {"lr_max": float("nan")}}},
+                                             r"key defaults\.optim\.lr_max: nan is not a finite number"),
+    "an infinite learning rate": ({"defaults": {"optim": {"lr_max": float("inf")}}},
+                                  r"key defaults\.optim\.lr_max: inf is not a finite number"),
+    "a length limit that is not a number": (
+        {"defaults": {"eval": {"splits": {"valid": {"max_len_a": float("nan")}}}}},
+        r"key defaults\.eval\.splits\.valid\.max_len_a: nan is not a finite number"),
+    "a grid value that is not a number": (
+        {"grids": {"tune_postln": {"values": {"optim.lr_max": [1.0e-3, float("nan")]}}}},
+        r"key grids\.tune_postln\.values\.optim\.lr_max\.1: nan is not a finite number"),
+    # Every epoch is a declared output Snakemake plans: 20000 epochs planned for minutes, 1e9 took all memory.
+    "20000 epochs": ({"defaults": {"train": {"epochs": 20000}}},
+                     r"key defaults\.train\.epochs: 20000 is greater than the maximum of 1000 \(a bound: every epoch"),
+    "a seed beyond 32 bits": ({"seeds": [2**32]},
+                              r"key seeds\.0: 4294967296 is greater than the maximum of 2147483647"),
+    # A name is part of a path component (255 bytes): a long one failed mid-run with "File name too long".
+    "a run name of 300 characters": ({"runs": {"r" * 300: {"model": {"norm": "pre"}}}},
+                                     r"key runs: 'r{40}'\.\.\. is 300 bytes long, over the 225 a name may have "
+                                     r"\(a file system takes 255 bytes per path component"),
+    "an experiment name of 300 characters": ({"name": "e" * 300}, r"key name: 'e{40}'\.\.\. is 300 bytes long"),
+    "a grid run name over the bound": (
+        {"runs": {"b" * 215: {"model": {"norm": "pre"}}},
+         "grids": {"long": {"base": "b" * 215, "values": {"optim.lr_max": [1.0e-3]}}}},
+        r"grids\.long generates run 'b{40}'\.\.\. is 230 bytes long, over the 225 a name may have"),
 }
 
 
@@ -142,7 +168,9 @@ def test_only_a_given_after_warmup_run_must_exist() -> None:
     cfg.validate_config(c)
 
 
-@pytest.mark.parametrize("fault", ["decay epoch beyond the last epoch", "unknown key", "budget epoch at the last epoch"])
+@pytest.mark.parametrize("fault", ["decay epoch beyond the last epoch", "unknown key", "budget epoch at the last epoch",
+                                   "a learning rate that is not a number", "20000 epochs",
+                                   "a run name of 300 characters"])
 def test_snakemake_reports_a_config_fault_in_one_line(tmp_path: Path, fault: str) -> None:
     layer, expected = _fault_layer(fault), FAULTS[fault][1]
     proc = _snakemake(tmp_path, "-n", "--configfile", str(DEMO), str(_layer(tmp_path, layer)))
@@ -217,3 +245,16 @@ def test_snakemake_refuses_an_escaping_name_and_writes_nothing(tmp_path: Path) -
     assert proc.returncode != 0 and "Traceback" not in out
     assert [line for line in out.splitlines() if line.startswith("config: key name: ")], out
     assert sorted(p.name for p in tmp_path.iterdir()) == [".snakemake", "fault.yaml"]  # Snakemake's own metadata
+
+
+def test_a_configfile_naming_a_folder_ends_as_the_docs_say(tmp_path: Path) -> None:
+    """Snakemake reads --configfile before lnrepro loads anything: its traceback is documented beside the other
+    configuration-file messages, with the way out."""
+    (tmp_path / "presets").mkdir()
+    proc = _snakemake(tmp_path, "-n", "--configfile", "presets")
+    assert proc.returncode != 0 and not (tmp_path / "results").exists()
+    last = (proc.stdout + proc.stderr).strip().splitlines()[-1]
+    assert last == "IsADirectoryError: [Errno 21] Is a directory: 'presets'"
+    running = " ".join((REPO / "docs" / "running.md").read_text().split())
+    assert ("names a folder in a traceback whose last line is `IsADirectoryError: [Errno 21] Is a directory: "
+            "'the/folder'` (name a YAML file in it") in running

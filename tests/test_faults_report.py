@@ -5,6 +5,7 @@ wholly old."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,17 @@ def test_snakemake_report_that_cannot_be_written_keeps_the_old_tables(demo_pair_
     errors = [line for line in log.splitlines() if line.startswith("lnrepro report: error: ")]
     assert len(errors) == 1 and "cannot write there" in errors[0] and "Traceback" not in log, log
     assert _files(run.exp_dir / "report" / "tables") == tables
+
+
+def test_an_experiment_folder_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    """A mistyped --exp-dir once gave exit 0 and a whole report saying "No data yet"."""
+    _, exp = make_tree(tmp_path / "tree")
+    exp.write(tmp_path / "experiment.json")
+    missing = tmp_path / "results" / "dmeo"
+    proc = subprocess.run([sys.executable, "-m", "lnrepro", "report", "--experiment", str(tmp_path / "experiment.json"),
+                           "--exp-dir", str(missing), "--out", str(missing / "report")], capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [f"lnrepro report: error: {missing}: no such experiment folder (expected "
+                                        f"results/{exp.name}, where the workflow writes this experiment: check the "
+                                        "path, or run snakemake first)"]
+    assert not missing.exists()

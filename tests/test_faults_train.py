@@ -306,3 +306,51 @@ def test_huge_learning_rate_divergence_is_recorded(bpe, tmp_path):
     for ep in range(1, EPOCHS + 1):
         m = manifest(run, ep)
         assert m["status"] == "diverged" and m["weights"] is None and m["reason"] == summary["diverged"]["detail"]
+
+
+# ---- 8. Ctrl-C and a read-only results folder: one line, never a traceback -----------------------------------
+
+
+def test_ctrl_c_is_one_line_and_a_rerun_resumes_to_the_same_result(reference, bpe, tmp_path):
+    run, cfg = tmp_path / "run", write_config(tmp_path / "config.json")
+    proc = spawn(run, cfg, bpe, tmp_path / "a.err")
+    wait_for(lambda: (run / "state" / "last.pt").exists(), "the first checkpoint")
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=300) == 130
+    err = (tmp_path / "a.err").read_text()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.splitlines()[-1] == ("lnrepro train: interrupted; the files written so far are whole: rerun the same "
+                                    "command (training resumes from its last saved state)"), err
+    no_leftovers(run)
+    rerun = spawn(run, cfg, bpe, tmp_path / "b.err")
+    assert rerun.wait(timeout=600) == 0, (tmp_path / "b.err").read_text()
+    assert_same_result(run, reference)
+    assert json.loads((run / "summary.json").read_text())["attempts"] == 2
+
+
+def test_a_read_only_results_folder_is_one_line_naming_the_file(bpe, tmp_path):
+    """A run folder on a read-only file system (root: a tmpfs remounted read-only; else a folder without write
+    permission): the trainer cannot take state/lock."""
+    run, cfg = tmp_path / "fs" / "run", write_config(tmp_path / "config.json")
+    (run / "state").mkdir(parents=True)
+    if os.geteuid() == 0:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(tmp_path / "fs")],
+                                 capture_output=True)
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
+        (run / "state").mkdir(parents=True)
+        subprocess.run(["mount", "-o", "remount,ro", str(tmp_path / "fs")], check=True)
+        expected = f"lnrepro train: error: {run / 'state' / 'lock'}: Read-only file system"
+    else:
+        (run / "state").chmod(0o555)
+        expected = f"lnrepro train: error: {run / 'state' / 'lock'}: Permission denied"
+    try:
+        proc = spawn(run, cfg, bpe, tmp_path / "a.err")
+        assert proc.wait(timeout=300) == 1
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(tmp_path / "fs")], check=True)
+        else:
+            (run / "state").chmod(0o755)
+    err = (tmp_path / "a.err").read_text()
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and err.startswith(expected), err

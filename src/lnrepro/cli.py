@@ -216,13 +216,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# What rerunning an interrupted stage does: every file it wrote is whole (written atomically).
+RESUME = {"train": "training resumes from its last saved state"}
+INTERRUPTED = 130  # 128 + SIGINT, the shell's status of a command stopped by Ctrl-C
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one stage; a fault of the stage (LnReproError), of the file system (OSError) or a Ctrl-C is one line
+    on stderr, never a traceback."""
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
     except LnReproError as e:
         print(f"lnrepro {args.stage}: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # the file system refused (read-only, permission, a folder for a file): not a bug
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"lnrepro {args.stage}: error: {where}{e.strerror or e} (the file system refused it: fix its "
+              "permissions, mount or space, then rerun the same command)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        again = RESUME.get(args.stage, "it writes what is missing")
+        print(f"lnrepro {args.stage}: interrupted; the files written so far are whole: rerun the same command "
+              f"({again})", file=sys.stderr)
+        return INTERRUPTED
     return 0
 
 

@@ -20,6 +20,11 @@ SPLITS: tuple[str, ...] = ("train", "valid", "test")
 DOWNLOADS = "results/downloads"  # shared by every experiment: a download is checksum-verified once
 EXPERIMENT_JSON = "experiment.json"  # the report's slice, in results/{exp}/, beside runs/
 ANSWER_MD = "answer.md"  # the report's Answer sentences, in results/{exp}/report/ (the README quotes them)
+# A name (the experiment's, a run's) is part of a path component: a file system takes 255 bytes per component,
+# and the longest component holding a name is a job's log or benchmark, {run}.seed{seed}_{splits}.log, with a seed
+# of at most 10 digits (config.schema.yaml) and every split in its suffix. The schema's names are ASCII.
+NAME_ROOM = len(".seed") + 10 + len("_valid_test") + len(".log")
+MAX_NAME = 255 - NAME_ROOM
 # The published reports (folders no rule writes), by the README's Results part that quotes each
 # (lnrepro.analysis.readme_results.PARTS).
 PUBLISHED_REPORTS = {"study": "published/study-cpu", "endpoint": "published/endpoint-cpu",

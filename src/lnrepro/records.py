@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Mapping, TypeVar
 
 from .errors import LnReproError
 from .io import atomic_write_text, file_sha256, finite_json, json_text, read_json
+from .paths import RunFolder
 from .typed import convert, plain
 
 R = TypeVar("R", bound="Record")
@@ -133,12 +134,18 @@ class EpochManifest(Record):
         if not self.weights or not self.sha256:
             raise LnReproError(f"{where}: status 'ok' but 'weights' or 'sha256' is missing")
         path = Path(run_dir) / self.weights
+        # The cure: train the run again, as the workflow does when told that its summary.json must be rewritten
+        # (a plain rerun sees every output up to date); the trainer retrains what its state/ cannot give back.
+        summary = RunFolder(str(Path(where).parent.parent)).summary  # the manifest's run folder, as the caller names it
+        retrain = (f"train the run again: snakemake --cores all --forcerun {summary} (with your --configfile: it "
+                   "retrains this run and scores it again)")
         if not path.is_file():
-            raise LnReproError(f"{path}: weights file named by {where} not found")
+            raise LnReproError(f"{path}: weights file named by {where} not found (the run's state/ was deleted or "
+                               f"moved): {retrain}")
         digest = file_sha256(path)
         if digest != self.sha256:
             raise LnReproError(f"{path}: corrupt checkpoint (sha256 {digest[:12]}... but {where} records "
-                               f"{self.sha256[:12]}...)")
+                               f"{self.sha256[:12]}...): {retrain}")
         return path
 
 

@@ -39,4 +39,6 @@ rule apply_bpe:
 
 rule bpe:
     input:
+        P.spm_model,
         P.bpe_ids,
+        P.bpe_stats,

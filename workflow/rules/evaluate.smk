@@ -22,6 +22,7 @@ for _last in X.lengths:
                 eval=P.eval_json(SCORING[_splits]),
                 spm=P.spm_model[0],
                 ids=P.bpe_ids,
+                bpe_stats=P.bpe_stats,  # checked against spm.model: the splits were encoded with it
                 refs=P.prepared_files,
             output:
                 json=[P.score(ep=f"{ep:03d}") for ep in _epochs],
@@ -47,6 +48,14 @@ for _last in X.lengths:
                 + " --threads {threads} --device " + res("score_checkpoint").device + " > {log} 2>&1"
 
 
+def scoring_outputs(run, seed):
+    """Every file the scoring jobs of one training write: each epoch's score file and the hypotheses of the splits
+    scored there (every epoch scores at least one split)."""
+    return [path for splits, epochs in X.eval.groups(X.last_of(run)).items() for ep in epochs
+            for path in [P.score(run, seed, f"{ep:03d}"), *P.hypotheses(splits, run, seed, f"{ep:03d}")]]
+
+
+# Every file scoring declares, the hypotheses included, which no stage reads: a deleted one is written again.
 rule evaluate:
     input:
-        each_run(lambda run, seed: P.scores(X.last_of(run), run, seed)),
+        each_run(scoring_outputs),

@@ -17,7 +17,7 @@ rule make_report:
         published=str(PUBLISHED),
         gradinit=GRADINIT_OUTPUTS,
         summaries=each_run(P.summary),
-        evals=rules.evaluate.input,
+        evals=each_run(lambda run, seed: P.scores(X.last_of(run), run, seed)),
     output:
         html=P.report_html,
         confounds=P.confounds_md,
@@ -36,4 +36,4 @@ rule make_report:
 
 rule report:
     input:
-        P.report_html,
+        rules.make_report.output,

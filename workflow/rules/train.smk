@@ -33,6 +33,8 @@ for _last in X.lengths:
             + " --config-sha256 {params.config_sha256} --threads {threads} --device " + res("train_run").device + " > {log} 2>&1"
 
 
+# Every file training declares, so that a deleted one is written again (a target that wants only some leaves
+# the others missing for good: Snakemake reruns a job for its requested outputs only).
 rule train:
     input:
-        each_run(P.summary),
+        each_run(lambda run, seed: P.train_outputs(X.last_of(run), run, seed)),

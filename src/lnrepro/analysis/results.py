@@ -57,19 +57,35 @@ class Results:
     gradinit_missing: str  # why gradinit is None ("" when it is not)
 
 
+def _rewrite(path: Path) -> str:
+    """The way out of a damaged output of the workflow: the command that writes it again (a plain rerun sees it
+    up to date)."""
+    return f"write it again: snakemake --cores all --forcerun {path} (with your --configfile)"
+
+
 def _optional_json(path: Path) -> dict[str, Any] | None:
-    """A JSON file that may not exist yet (the stage has not run); a corrupt one is still an error."""
+    """A JSON file that may not exist yet (the stage has not run); a corrupt one is still an error, naming the
+    command that writes it again."""
     if not path.exists():
         return None
-    obj = read_json(path)
+    try:
+        obj = read_json(path)
+    except LnReproError as e:
+        raise LnReproError(f"{e}; {_rewrite(path)}") from e
     if not isinstance(obj, dict):
-        raise LnReproError(f"{path}: expected a JSON object")
+        raise LnReproError(f"{path}: expected a JSON object; {_rewrite(path)}")
     return obj
 
 
 def _optional_record(cls: type[R], path: Path) -> R | None:
-    """A record whose stage may not have run yet (None); a corrupt one is still an error."""
-    return cls.read(path) if path.exists() else None
+    """A record whose stage may not have run yet (None); a corrupt one is still an error, naming the command that
+    writes it again."""
+    if not path.exists():
+        return None
+    try:
+        return cls.read(path)
+    except LnReproError as e:
+        raise LnReproError(f"{e}; {_rewrite(path)}") from e
 
 
 def _read_seed(exp_dir: Path, paths: Paths, experiment: Experiment, run: str, seed: int) -> SeedResults:
@@ -128,8 +144,12 @@ def _read_gradinit(exp_dir: Path, paths: Paths, experiment: Experiment
 
 
 def read_results(exp_dir: Path, experiment: Experiment) -> Results:
-    """Every selected run's and seed's outputs and the gradinit tables under ``exp_dir`` (results/{exp})."""
+    """Every selected run's and seed's outputs and the gradinit tables under ``exp_dir`` (results/{exp}). A folder
+    that does not exist is an error (a wrong path is not an experiment without data yet)."""
     exp_dir, paths = Path(exp_dir), Paths(experiment.name)
+    if not exp_dir.is_dir():
+        raise LnReproError(f"{exp_dir}: no such experiment folder (expected results/{experiment.name}, where the "
+                           "workflow writes this experiment: check the path, or run snakemake first)")
     seeds = [_read_seed(exp_dir, paths, experiment, run, seed)
              for run in experiment.select for seed in experiment.seeds_of(run)]
     return Results(seeds, *_read_gradinit(exp_dir, paths, experiment))

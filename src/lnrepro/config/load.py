@@ -17,17 +17,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import math
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Mapping
 
 import jsonschema
 import yaml
 
 from ..errors import LnReproError
 from ..norms import NORMS
-from ..paths import DOWNLOADS
+from ..paths import DOWNLOADS, MAX_NAME, NAME_ROOM
 from ..stages import WORKER_RULES
 from ..optimizers import OPTIMIZERS
 from .settings import (
@@ -84,6 +85,8 @@ def load_schema() -> dict:
         schema = yaml.safe_load(f)
     schema["$defs"]["model"]["properties"]["norm"] = {"enum": list(NORMS)}
     schema["$defs"]["optim"]["properties"]["name"] = {"enum": list(OPTIMIZERS)}
+    for names in (schema["properties"]["name"], schema["properties"]["runs"]["propertyNames"]):
+        names["maxLength"] = MAX_NAME
     comparison = schema["properties"]["comparisons"]["additionalProperties"]
     run_keys = [f"{section}.{key}" for section in RUN_SECTIONS for key in schema["$defs"][section]["properties"]]
     # A comparison studies a factor of the design or any run setting, dotted (optim.name).
@@ -110,9 +113,26 @@ def _key_path(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "(top level)"
 
 
+def non_finite(value: Any, where: str = "") -> Iterator[tuple[str, float]]:
+    """Every float of ``value`` (nested mappings and lists) that is not finite, with its dotted key: YAML reads
+    ``.nan`` and ``.inf`` as floats, which pass every bound of the schema (a comparison with NaN is false)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield where or "(top level)", value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from non_finite(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from non_finite(item, f"{where}.{i}" if where else str(i))
+
+
 def validate_config(config: dict) -> None:
-    """Check ``config`` against the schema and the semantic checks; raise one message naming the key."""
+    """Check ``config`` against the schema and the semantic checks; raise one message naming the key. Every
+    number must be finite (``non_finite``), whatever its key."""
     _check_removed(config)
+    for key, value in non_finite(config):
+        raise LnReproError(f"config: key {key}: {value} is not a finite number (every number of the config must be "
+                           "finite)")
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
@@ -122,7 +142,10 @@ def validate_config(config: dict) -> None:
             where = _key_path(err)
             keys = ", ".join(f"{where}.{k}" if where != "(top level)" else k for k in unknown)
             raise LnReproError(f"config: unknown key {keys} (allowed: {', '.join(sorted(err.schema.get('properties', {})))})")
-        raise LnReproError(f"config: key {_key_path(err)}: {err.message}")
+        if err.validator == "maxLength":
+            raise LnReproError(f"config: key {_key_path(err)}: {_too_long(err.instance)}")
+        why = f" ({err.schema['description']})" if err.validator == "maximum" and "description" in err.schema else ""
+        raise LnReproError(f"config: key {_key_path(err)}: {err.message}{why}")
     check_semantics(config)
 
 
@@ -253,6 +276,15 @@ def _check_grids(config: dict) -> None:
                                    "[A-Za-z0-9_.=-] (a float is written as 1.0e-3)")
             if name in runs:
                 raise LnReproError(f"config: grids.{grid} generates run {name!r}, which is also under runs:")
+            if len(name) > MAX_NAME:
+                raise LnReproError(f"config: grids.{grid} generates run {_too_long(name)} (shorten the base run's name "
+                                   "or the grid's keys and values)")
+
+
+def _too_long(name: str) -> str:
+    """Why ``name`` (ASCII: the schema's pattern) cannot name an experiment or a run."""
+    return (f"{name[:40]!r}... is {len(name)} bytes long, over the {MAX_NAME} a name may have (a file system takes "
+            f"255 bytes per path component, and a job's log adds up to {NAME_ROOM} to a run name)")
 
 
 def _check_extended(grid: str, values: dict[str, list], extended: dict[str, list]) -> None:

@@ -216,6 +216,11 @@ class SplitEval(SplitDecoding):
         """The epochs scored in a run whose last epoch is ``last``, ascending (the last among them)."""
         return tuple(range(1, last + 1)) if self.every else tuple(sorted({*self.listed, last}))
 
+    def scores(self, epoch: int, last: int) -> bool:
+        """Whether ``epoch`` of a run whose last epoch is ``last`` scores this split (in constant time: the DAG
+        asks it of every epoch)."""
+        return 1 <= epoch <= last and (self.every or epoch == last or epoch in self.listed)
+
     def decoding(self) -> SplitDecoding:
         return SplitDecoding(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SplitDecoding)})
 
@@ -255,16 +260,17 @@ class EvalSettings(Section):
 
     def due(self, epoch: int, last: int) -> tuple[str, ...]:
         """The splits scored at ``epoch`` of a run whose last epoch is ``last``, in config order."""
-        return tuple(name for name, eps in self.scored(last).items() if epoch in eps)
+        return tuple(name for name, s in self.splits.items() if s.scores(epoch, last))
 
     def groups(self, last: int) -> dict[tuple[str, ...], tuple[int, ...]]:
         """The splits scored together -> the epochs they are scored at, in a run whose last epoch is ``last``:
         one scoring rule each (a rule's outputs, the hypotheses, are fixed patterns). The group of every split
-        comes first (it always exists: every split is scored at the last epoch)."""
-        epochs = sorted({ep for eps in self.scored(last).values() for ep in eps})
+        comes first (it always exists: every split is scored at the last epoch). Linear in the epochs."""
         out: dict[tuple[str, ...], list[int]] = {tuple(self.splits): []}
-        for ep in epochs:
-            out.setdefault(self.due(ep, last), []).append(ep)
+        for ep in range(1, last + 1):
+            splits = self.due(ep, last)
+            if splits:
+                out.setdefault(splits, []).append(ep)
         return {splits: tuple(eps) for splits, eps in out.items() if eps}
 
     def scoring(self, splits: tuple[str, ...]) -> ScoreSettings:
