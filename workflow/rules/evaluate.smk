@@ -42,8 +42,9 @@ for _last in X.lengths:
             conda:
                 CONDA_ENV
             shell:
-                "lnrepro evaluate --out {output.json} --eval-config {input.eval} --bpe " + P.bpe + " --prepared " + P.prepared
-                + " --eval-config-sha256 {params.eval_sha256} --threads {threads} > {log} 2>&1"
+                "lnrepro evaluate --out {output.json} --eval-config {input.eval}"
+                + " --eval-config-sha256 {params.eval_sha256} --bpe " + P.bpe + " --prepared " + P.prepared
+                + " --threads {threads} > {log} 2>&1"
 
 
 rule evaluate:
