@@ -26,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeVar
 
 import pandas as pd
 
@@ -35,7 +35,9 @@ from .errors import LnReproError
 from .io import file_sha256, read_json
 from .norms import NORMS
 from .paths import RunFolder
-from .records import CheckpointScores, EpochManifest, RunStatus, RunSummary
+from .records import CheckpointScores, EpochManifest, Record, RunStatus, RunSummary
+
+R = TypeVar("R", bound=Record)
 
 __all__ = ["RunCheck", "TrainLog", "check_gradinit", "check_gradinit_fit", "check_run", "check_table",
            "read_train_log"]
@@ -89,6 +91,20 @@ def _rewrite_outputs(path: Path, experiment: Experiment | None, run: str) -> str
     return (f"write the training's outputs again from its finished state (byte for byte, without training): "
             f"snakemake --configfile ... --forcerun {_retrain_rule(experiment, run)}, or delete {path} and run "
             "snakemake again")
+
+
+def rewrite(path: str | Path) -> str:
+    """The way out of a damaged output of the workflow: the command that writes it again (a plain rerun sees it
+    up to date)."""
+    return f"write it again: snakemake --cores all --forcerun {path} (with your --configfile)"
+
+
+def _read(cls: type[R], path: Path, way_out: str) -> R:
+    """A record read whole; one that does not parse is an error naming ``way_out``."""
+    try:
+        return cls.read(path)
+    except LnReproError as e:
+        raise LnReproError(f"{e}; {way_out}") from e
 
 
 def read_train_log(path: str | Path) -> TrainLog:
@@ -305,7 +321,7 @@ def check_run(run_dir: str | Path, run: str, seed: int, *, config_sha256: str | 
             raise LnReproError(f"{run_json}: trained from another config.json (config_sha256 "
                                f"{str(info.get('config_sha256'))[:12]}..., the run's is {config[:12]}...): {way_out}")
 
-    manifests = {ep: EpochManifest.read(p) for ep, p in manifest_files.items()}
+    manifests = {ep: _read(EpochManifest, p, _rewrite_outputs(p, experiment, run)) for ep, p in manifest_files.items()}
     for ep, m in manifests.items():
         _check_manifest(manifest_files[ep], ep, m, run, seed, config, experiment)
     data = {json.dumps(m.data_sha256, sort_keys=True) for m in manifests.values() if m.data_sha256 is not None}
@@ -314,13 +330,15 @@ def check_run(run_dir: str | Path, run: str, seed: int, *, config_sha256: str | 
                            f"of different trainings; train the run again: snakemake --configfile ... --forcerun "
                            f"{_retrain_rule(experiment, run)}")
 
-    summary = RunSummary.read(folder.summary) if Path(folder.summary).is_file() else None
+    summary_path = Path(folder.summary)
+    summary = (_read(RunSummary, summary_path, _rewrite_outputs(summary_path, experiment, run))
+               if summary_path.is_file() else None)
     if summary is not None:
         _check_summary(folder, summary, run, seed, epochs, manifests, experiment)
         _check_log(folder, summary, run, experiment)
 
     for ep, p in score_files.items():
-        _check_score(p, ep, CheckpointScores.read(p), manifests.get(ep), run, seed, experiment, folder)
+        _check_score(p, ep, _read(CheckpointScores, p, rewrite(p)), manifests.get(ep), run, seed, experiment, folder)
 
     return RunCheck(run=run, seed=seed, config_sha256=config, epochs=epochs, epochs_trained=tuple(manifests),
                     epochs_ok=tuple(ep for ep, m in manifests.items() if m.status == RunStatus.OK),

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from ..errors import LnReproError
-from ..integrity import check_gradinit, check_gradinit_fit, check_run, read_train_log
+from ..integrity import check_gradinit, check_gradinit_fit, check_run, read_train_log, rewrite
 from ..io import read_json
 from ..paths import Paths
 from ..records import CheckpointScores, EpochManifest, Record, RunSummary
@@ -57,12 +57,6 @@ class Results:
     gradinit_missing: str  # why gradinit is None ("" when it is not)
 
 
-def _rewrite(path: Path) -> str:
-    """The way out of a damaged output of the workflow: the command that writes it again (a plain rerun sees it
-    up to date)."""
-    return f"write it again: snakemake --cores all --forcerun {path} (with your --configfile)"
-
-
 def _optional_json(path: Path) -> dict[str, Any] | None:
     """A JSON file that may not exist yet (the stage has not run); a corrupt one is still an error, naming the
     command that writes it again."""
@@ -71,9 +65,9 @@ def _optional_json(path: Path) -> dict[str, Any] | None:
     try:
         obj = read_json(path)
     except LnReproError as e:
-        raise LnReproError(f"{e}; {_rewrite(path)}") from e
+        raise LnReproError(f"{e}; {rewrite(path)}") from e
     if not isinstance(obj, dict):
-        raise LnReproError(f"{path}: expected a JSON object; {_rewrite(path)}")
+        raise LnReproError(f"{path}: expected a JSON object; {rewrite(path)}")
     return obj
 
 
@@ -85,7 +79,7 @@ def _optional_record(cls: type[R], path: Path) -> R | None:
     try:
         return cls.read(path)
     except LnReproError as e:
-        raise LnReproError(f"{e}; {_rewrite(path)}") from e
+        raise LnReproError(f"{e}; {rewrite(path)}") from e
 
 
 def _read_seed(exp_dir: Path, paths: Paths, experiment: Experiment, run: str, seed: int) -> SeedResults:
