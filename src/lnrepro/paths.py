@@ -24,6 +24,14 @@ ANSWER_MD = "answer.md"  # the report's Answer sentences, in results/{exp}/repor
 # (lnrepro.analysis.readme_results.PARTS).
 PUBLISHED_REPORTS = {"study": "published/study-cpu", "endpoint": "published/endpoint-cpu",
                      "depth": "published/depth-cpu"}
+# A study's store (lnrepro.store): its records, laid out as results/{exp}/ is, plus these two files.
+STORE_INDEX = "store.json"  # what the store holds: study-level digests and each unit's files (written last)
+STORE_CONFIG = "study.yaml"  # the merged config the store's study resolves from (a --configfile for its parts)
+
+
+def store_dir(exp: str) -> str:
+    """The store of study ``exp``: ``published/{exp}``."""
+    return f"published/{exp}"
 
 
 def _epoch(ep: int | str) -> str:

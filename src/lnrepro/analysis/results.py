@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from ..errors import LnReproError
-from ..io import read_json
+from ..io import open_text, read_json, text_exists
 from ..paths import Paths
 from ..records import CheckpointScores, EpochManifest, Record, RunSummary
 from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
@@ -61,6 +61,16 @@ class Results:
     def problems(self) -> list[str]:
         return [p for s in self.seeds for p in s.problems]
 
+    def unfinished(self, experiment: Experiment) -> list[str]:
+        """The units (run and seed) not finished and fully scored: no summary.json, or a score file of a scored
+        epoch absent; a study published in parts is incomplete until every unit is stored."""
+        def scored(run: str) -> set[int]:
+            last = experiment.last_of(run)
+            return {ep for epochs in experiment.eval.groups(last).values() for ep in epochs}
+
+        return [f"{s.run} seed {s.seed}" for s in self.seeds
+                if s.summary is None or any(s.scores.get(ep) is None for ep in scored(s.run))]
+
 
 def _optional_json(path: Path) -> dict[str, Any] | None:
     """A JSON file that may not exist yet (the stage has not run); a corrupt one is still an error."""
@@ -86,14 +96,15 @@ def _epochs_on_disk(folder: Path) -> set[int]:
 def _train_log(path: Path) -> tuple[dict[int, dict[str, Any]], dict[int, float], list[str]]:
     """train.jsonl's step records by update and every update's learning rate, each from the last attempt that
     logged it, and the unreadable lines. Records with a "kind" other than "step" (attempt, epoch, diverged,
-    finished markers) are not updates; records without "kind" count as steps. A step's ``lrs`` are the learning
+    finished markers) are not updates; records without "kind" count as steps. A store's ``train.jsonl.gz`` is read
+    where the plain file is absent (``io.open_text``). A step's ``lrs`` are the learning
     rates of the updates since the previous step record, its own last."""
     steps: dict[int, dict[str, Any]] = {}
     lrs: dict[int, float] = {}
     problems: list[str] = []
-    if not path.exists():
+    if not text_exists(path):
         return steps, lrs, problems
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
                 continue
