@@ -191,8 +191,9 @@ def targets(st: Status, units: list[Unit]) -> list[str]:
 
 
 def command(st: Status, units: list[Unit], cores: int) -> str:
-    """The snakemake command of a part: run from the root of a clean clone of the store's commit."""
-    args = ["snakemake", "--cores", str(cores), "--configfile", str(st.store / STORE_CONFIG), *targets(st, units)]
+    """The snakemake command of a part: run from the root of a clean clone of the store's commit (the targets
+    first: ``--configfile`` takes every word after it)."""
+    args = ["snakemake", *targets(st, units), "--cores", str(cores), "--configfile", str(st.store / STORE_CONFIG)]
     return shlex.join(args)
 
 

@@ -1,0 +1,163 @@
+"""A study's store (lnrepro.store, lnrepro.store_status): the demo pair with two seeds published in two parts, each
+from its own fresh working directory, against one run of both seeds; every refusal; the report from the store."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import DEMO_PAIR, copy_repo, snakemake
+from lnrepro import cli, store
+from lnrepro.io import json_text
+from lnrepro.paths import Paths
+
+# Two seeds of the demo pair; the measurement after warm-up needs every seed of its run in one part, so these
+# parts, split by seed, leave it out (lnrepro publish --status says so).
+TWO_SEEDS = "seeds: [1, 2]\nanalysis: {gradinit: {after_warmup_run: null}}\n"
+LAYERS = (*DEMO_PAIR, "two_seeds.yaml")
+P = Paths("demo")
+# What the report derives from time or from where a unit ran, which differs between any two runs of the same units:
+# the columns of wall-clock, CPU seconds, tokens per second and the host, and the rows of quality at equal training
+# CPU time (a budget labelled "training CPU N s", the CPU time to a target).
+TIME_COLUMNS = re.compile(r"wall|cpu|tokens_per_s|s_per_update|spread|host")
+TIME_ROWS = re.compile(r"training CPU|cpu_s|wall_s")
+
+
+def _workdir(tmp: Path) -> Path:
+    """A fresh working directory: a copy of the repository with the two-seed layer, no results/, no .snakemake/."""
+    work = copy_repo(tmp / "repo")
+    (work / "two_seeds.yaml").write_text(TWO_SEEDS)
+    return work
+
+
+def _clean(results: Path, dirty: bool = False) -> None:
+    """Each run.json's git_dirty set to ``dirty`` (the tests train from a worktree that may have changes: false
+    stands for a clean clone)."""
+    for path in results.glob("runs/*/seed*/run.json"):
+        record = json.loads(path.read_text())
+        record["git_dirty"] = dirty
+        path.write_text(json_text(record))
+
+
+def _publish(work: Path, store_dir: Path, *extra: str, results: Path | None = None, capsys=None) -> tuple[int, str]:
+    """``lnrepro publish`` in ``work`` (its config.yaml), through the command line's main; (exit status, output)."""
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        rc = cli.main(["publish", str(results or work / P.root), str(store_dir), *extra])
+    finally:
+        os.chdir(cwd)
+    out = capsys.readouterr() if capsys else None
+    return rc, (out.out + out.err) if out else ""
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _jobs(log: str) -> dict[str, int]:
+    """Snakemake's job counts by rule, from its "Job stats" table."""
+    table = log.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One run of both seeds (``whole``), part one (seed 1, published into a new store), and part two, run in a
+    fresh working directory from the command ``--status`` proposes and published; the store after each part
+    (``store1``, ``store``)."""
+    import subprocess
+    import sys
+
+    base = tmp_path_factory.mktemp("store")
+    whole = _workdir(base / "whole")
+    snakemake(whole, "--cores", "2", "--configfile", *LAYERS)
+    one = _workdir(base / "one")
+    seed1 = [P.score(run, 1, "002") for run in ("postln_warmup_isqrt", "preln_nowarmup_step8")]
+    log1 = snakemake(one, P.experiment_json, P.gradinit_csv, P.gradinit_fit_csv, *seed1,
+                     "--cores", "2", "--configfile", *LAYERS).stderr
+    assert _jobs(log1)["train_run"] == 2
+    _clean(one / P.root)
+    store_dir = base / "published" / "demo"
+    lnrepro = [sys.executable, "-m", "lnrepro"]
+    first = subprocess.run([*lnrepro, "publish", P.root, str(store_dir), "--configfile", *LAYERS], cwd=one,
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert "added postln_warmup_isqrt seed 1" in first.stdout and "added 2," in first.stdout
+    store1 = base / "store1"
+    shutil.copytree(store_dir, store1)
+    status = subprocess.run([*lnrepro, "publish", "--status", str(store_dir), "--minutes", "60", "--cores", "2"],
+                            cwd=one, capture_output=True, text=True, check=True).stdout
+    assert "2 of 4 units stored" in status and "missing: postln_warmup_isqrt seed 2" in status
+    assert "estimated" in status or "measured" in status
+    command = shlex.split(status.strip().splitlines()[-1])
+    assert command[0] == "snakemake" and not any("seed1" in c for c in command)
+    assert command[-2:] == ["--configfile", str(store_dir / "study.yaml")]
+    two = base / "two" / "repo"
+    two.parent.mkdir()
+    shutil.copytree(one, two, ignore=shutil.ignore_patterns("results", ".snakemake"))
+    log2 = snakemake(two, *command[1:]).stderr
+    jobs = _jobs(log2)
+    assert jobs["train_run"] == 2 and jobs["score_checkpoint"] == 2  # only the missing units: seed 2 of each run
+    assert "gradinit" not in jobs
+    assert not (two / P.root / "runs" / "postln_warmup_isqrt" / "seed1").exists()
+    _clean(two / P.root)
+    second = subprocess.run([*lnrepro, "publish", P.root, str(store_dir)], cwd=two, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    assert "added 2, kept 0" in second.stdout
+    print(f"\n{first.stdout}{status}{second.stdout}jobs part one {_jobs(log1)}, part two {jobs}")
+    return {"whole": whole, "one": one, "two": two, "store1": store1, "store": store_dir}
+
+
+def _untimed(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str], int]:
+    """``df`` without its time-derived columns and rows; the columns and the number of rows left out."""
+    columns = [c for c in df.columns if TIME_COLUMNS.search(str(c))]
+    df = df.drop(columns=columns)
+    timed = df.astype(str).apply(lambda col: col.str.contains(TIME_ROWS)).any(axis=1)
+    return df[~timed].reset_index(drop=True), columns, int(timed.sum())
+
+
+def _tables(report: Path) -> dict[str, pd.DataFrame]:
+    return {p.stem: pd.read_csv(p) for p in sorted((report / "tables").glob("*.csv"))}
+
+
+def test_store_report_equals_one_run_of_both_seeds(parts: dict[str, Path], tmp_path: Path) -> None:
+    """The report of the store published in two parts equals the report of one run of both seeds, table by table,
+    except the columns derived from time or host; rebuilt twice, in two places, with no weights anywhere, it has the
+    same bytes."""
+    store_dir = parts["store"]
+    assert not list(store_dir.rglob("*.pt")) and not list(store_dir.rglob("state"))
+    size = sum(p.stat().st_size for p in store_dir.rglob("*") if p.is_file())
+    print(f"\nstore: {len(list(store_dir.rglob('*')))} entries, {size} bytes")
+    assert cli.main(["report", "--store", str(store_dir)]) == 0
+    other = tmp_path / "elsewhere" / "demo"
+    shutil.copytree(store_dir, other, ignore=shutil.ignore_patterns("report"))
+    assert cli.main(["report", "--store", str(other)]) == 0
+    assert _snapshot(store_dir / "report") == _snapshot(other / "report")
+
+    whole, parted = _tables(parts["whole"] / P.report), _tables(store_dir / "report")
+    assert set(whole) == set(parted)
+    exempt = {}
+    for name in sorted(whole):
+        (a, columns, rows), (b, _, _) = _untimed(whole[name]), _untimed(parted[name])
+        exempt[name] = (columns, rows)
+        pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-9, obj=name)
+    print("exempt (columns, rows):", {k: v for k, v in exempt.items() if v != ([], 0)})
+    html = (store_dir / "report" / "index.html").read_text()
+    assert "Incomplete" not in html
+
+
+def test_incomplete_store_says_so_first(parts: dict[str, Path]) -> None:
+    """The store after part one renders, and says first which units it lacks."""
+    assert cli.main(["report", "--store", str(parts["store1"])]) == 0
+    html = (parts["store1"] / "report" / "index.html").read_text()
+    assert "Incomplete: 2 of 4 units; missing: postln_warmup_isqrt seed 2, preln_nowarmup_step8 seed 2" in html
+    assert html.index("Incomplete") < html.index('id="answer"')
