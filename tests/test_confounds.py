@@ -25,7 +25,7 @@ from lnrepro.analysis.confounds import (
 )
 from lnrepro.errors import LnReproError
 from lnrepro.norms import NORMS, Difference, NormVariant, register_norm
-from lnrepro.records import RunSummary
+from lnrepro.records import EpochManifest, RunSummary
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -293,8 +293,15 @@ def test_execution_facts_from_the_results_tree(tmp_path):
            (b, 1): {"device": "cpu", "threads": 2, "precision": "bf16"}}  # an older run.json: no name, no torch
     for (run, seed), rj in ran.items():
         rd = tmp_path / "runs" / run / f"seed{seed}"
-        rd.mkdir(parents=True)
-        (rd / "run.json").write_text(json.dumps(rj))
+        (rd / "epochs").mkdir(parents=True)
+        digest = exp.run_config(run, seed).sha256()
+        (rd / "run.json").write_text(json.dumps({"run": run, "seed": seed, "config_sha256": digest, **rj}))
+        for ep in range(1, 4):  # three updates: epoch 1's are the last (diverged at update 4, or stopped there)
+            EpochManifest.from_dict({
+                "epoch": ep, "status": "diverged" if seed == 2 else "stopped", "weights": None, "sha256": None,
+                "updates": 3, "wall_s": 1.0, "partial": False, "run": run, "seed": seed, "config_sha256": digest,
+                "where_ran": {}}).write(rd / "epochs" / f"epoch{ep:03d}.json")
+        (rd / "train.jsonl").write_text(json.dumps({"kind": "finished", "update": 3}) + "\n")
         RunSummary.from_dict({
             "run": run, "seed": seed, "status": "diverged" if seed == 2 else "completed", "final_loss": None,
             "final_nll": None, "final_loss_update": None, "updates": 3, "epochs_completed": 0, "epochs": 3,

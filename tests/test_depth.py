@@ -18,6 +18,7 @@ from lnrepro.analysis import depth as dp
 from lnrepro.analysis.report import make_report
 from lnrepro.config import Experiment
 from lnrepro.records import CheckpointScores, EpochManifest, RunSummary
+from test_report import decode
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS, SEEDS = 2, (1, 2, 3)
@@ -65,13 +66,18 @@ def make_tree(root: Path, exp: Experiment) -> Path:
             rd = exp_dir / "runs" / run / f"seed{seed}"
             (rd / "epochs").mkdir(parents=True)
             (rd / "eval").mkdir()
-            (rd / "run.json").write_text(json.dumps({"threads": 1, "precision": "fp32", **WHERE}))
+            config = exp.run_config(run, seed).sha256()
+            (rd / "run.json").write_text(json.dumps({"run": run, "seed": seed, "config_sha256": config, "threads": 1,
+                                                     "precision": "fp32", **WHERE}))
             div = DIVERGE.get((run, seed))
             last = (div - 1) * upe + 3 if div else EPOCHS * upe
             (rd / "train.jsonl").write_text("".join(json.dumps(
                 {"kind": "step", "update": u, "epoch": (u - 1) // upe + 1, "loss": 7.0, "nll": 6.0, "lr": 1e-3,
                  "lrs": [1e-3], "grad_norm": 1.0, "train_s": u * 0.1, "wall_s": u * 0.1, "attempt": 1}) + "\n"
-                for u in range(1, last + 1)))
+                for u in range(1, last + 1))
+                + "".join(json.dumps({"kind": "epoch", "epoch": ep, "updates": ep * upe}) + "\n"
+                          for ep in range(1, (div or EPOCHS + 1)))
+                + json.dumps({"kind": "finished", "update": last}) + "\n")
             RunSummary.from_dict({
                 **WHERE, "run": run, "seed": seed, "status": "diverged" if div else "completed", "final_loss": 7.0,
                 "final_nll": 6.0, "final_loss_update": last, "updates": last, "epochs": EPOCHS,
@@ -86,13 +92,15 @@ def make_tree(root: Path, exp: Experiment) -> Path:
                     **WHERE, "run": run, "seed": seed, "epoch": ep, "status": "diverged" if diverged else "ok",
                     "updates": min(ep * upe, last), "wall_s": min(ep * upe, last) * 0.1,
                     "weights": None if diverged else f"state/epochs/epoch{ep:03d}.pt",
-                    "sha256": None if diverged else "ab" * 32, "partial": False, "config_sha256": "cd" * 32,
+                    "sha256": None if diverged else "ab" * 32, "partial": False, "config_sha256": config,
                 }).write(rd / "epochs" / f"epoch{ep:03d}.json")
-                ev = {**WHERE, "run": run, "seed": seed, "epoch": ep, "updates": min(ep * upe, last), "weights": "w",
-                      "weights_sha256": "s", "manifest": "m", "decode": {}, "label_smoothing": 0.1, "threads": 1,
-                      "torch": "2", "wall_s": 1.0}
+                ev = {**WHERE, "run": run, "seed": seed, "epoch": ep, "updates": min(ep * upe, last),
+                      "weights": None if diverged else f"state/epochs/epoch{ep:03d}.pt",
+                      "weights_sha256": None if diverged else "ab" * 32, "manifest": "m",
+                      "decode": decode(exp, run, ep), "label_smoothing": 0.1, "threads": 1, "torch": "2",
+                      "wall_s": 1.0}
                 if diverged:
-                    ev.update(status="diverged", splits={})
+                    ev.update(status="diverged", splits={sp: None for sp in ev["decode"]})
                 else:
                     b = bleu(run, seed, ep)
                     splits = {"valid": split_scores(b)}

@@ -42,6 +42,7 @@ from tqdm import tqdm
 from .config.settings import BpeSettings
 from .errors import LnReproError
 from .io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_sha256, read_lines, where_ran
+from .paths import prepared_texts
 from .vocab import BOS, EOS, PAD, UNK
 
 SPLITS = ("train", "valid", "test")
@@ -243,6 +244,9 @@ def apply_bpe(prepared_dir: Path, bpe_dir: Path, threads: int = 1) -> dict:
         total_byte = sum(stats["byte_pieces"][split].values())
         stats["byte_fallback_rate"][split] = total_byte / total_tok if total_tok else 0.0
     stats["trainer_options"] = {k: v for k, v in TRAINER_OPTIONS.items() if not k.endswith(("_id", "_piece"))}
+    # the prepared files these splits were encoded from, and the raw references beside them: what ties a
+    # scoring job's references to this BPE folder (lnrepro.evaluate.score.check_references)
+    stats["prepared_sha256"] = {Path(p).name: file_sha256(p) for p in prepared_texts(str(prepared_dir))}
     stats["where_ran"] = where_ran()
     atomic_write_json(bpe_dir / "stats.json", stats)
     return stats

@@ -66,7 +66,8 @@ def _evaluate(a: argparse.Namespace) -> None:
     from .paths import RunFolder
 
     manifests = a.manifest or [RunFolder.manifest_scored_by(out) for out in a.out]
-    for result in score_checkpoints(manifests, a.eval_config, a.bpe, a.prepared, a.out, a.threads):
+    for result in score_checkpoints(manifests, a.eval_config, a.bpe, a.prepared, a.out, a.threads,
+                                    eval_sha256=a.eval_config_sha256):
         print(result.text(), end="")
 
 
@@ -168,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "epoch in its run folder, as the workflow runs it)")
     e.add_argument("--eval-config", type=Path, required=True,
                    help="the scoring slice of its epoch's group (eval.json or eval_{splits}.json)")
+    e.add_argument("--eval-config-sha256", type=sha256_hex,
+                   help="the digest --eval-config must have (the workflow passes the slice its experiment resolves): "
+                        "another slice is refused before anything is scored")
     e.add_argument("--bpe", type=Path, required=True)
     e.add_argument("--prepared", type=Path, required=True)
     e.add_argument("--out", type=Path, nargs="+", required=True,

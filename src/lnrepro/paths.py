@@ -34,6 +34,13 @@ def store_dir(exp: str) -> str:
     return f"published/{exp}"
 
 
+def prepared_texts(folder: str) -> list[str]:
+    """The text files of a prepared folder: every split's tokenized sides, then the raw sides of valid and test
+    (the references of sacreBLEU)."""
+    text = [f"{folder}/{s}.{lang}" for s in SPLITS for lang in LANGS]
+    return text + [f"{folder}/{s}.raw.{lang}" for s in ("valid", "test") for lang in LANGS]
+
+
 def _epoch(ep: int | str) -> str:
     """An epoch as file names write it: ``007`` for 7; a string (``{ep}``, ``007``) as it is."""
     return f"{ep:03d}" if isinstance(ep, int) else ep
@@ -151,9 +158,7 @@ class Paths:
     @property
     def prepared_files(self) -> list[str]:
         """Tokenized splits, the raw references of valid/test (for sacreBLEU), and stats.json."""
-        text = [f"{self.prepared}/{s}.{lang}" for s in SPLITS for lang in LANGS]
-        raw = [f"{self.prepared}/{s}.raw.{lang}" for s in ("valid", "test") for lang in LANGS]
-        return text + raw + [f"{self.prepared}/stats.json"]
+        return prepared_texts(self.prepared) + [f"{self.prepared}/stats.json"]
 
     @property
     def bpe_json(self) -> str:

@@ -37,7 +37,8 @@ from .config.settings import Experiment
 from .errors import LnReproError
 from .io import GZ, atomic_directory, file_sha256, gzip_bytes, json_text, read_json
 from .paths import EXPERIMENT_JSON, STORE_CONFIG, STORE_INDEX, Paths, RunFolder
-from .records import CheckpointScores, EpochManifest, RunRecord, RunSummary
+from .integrity import check_run
+from .records import CheckpointScores, RunRecord
 
 ANALYSIS = ("gradinit.csv", "gradinit_fit.csv", "gradinit_after_warmup.csv")  # under analysis/, stored once
 # Keys of a record that say when, where and how fast it was made: no part of a unit's identity.
@@ -110,57 +111,44 @@ def _study_key(name: str) -> str:
     return f"data/bpe/{name}" if name == "spm.model" or name.endswith(".ids") else f"data/prepared/{name}"
 
 
-# ---- the record checks of one unit (one function, so another implementation can take its place) -------------
+# ---- the record checks of one unit ---------------------------------------------------------------------------
 
 
-def record_problems(run_dir: Path, unit: Unit, config_sha256: str, study: dict[str, str], slices: dict[str, str],
-                    names: list[str]) -> list[str]:
-    """What is wrong with a finished unit's records in ``run_dir``: a record of another run or seed, config.json
-    not the study's (``config_sha256``) or not the one its records name, a score file of other weights than its
-    manifest's, an input digest (``study``: data and BPE, ``slices``: scoring slices) not the study's, or a record
-    from a checkout with uncommitted changes. Empty when they belong together."""
+def record_problems(run_dir: Path, unit: Unit, exp: Experiment, study: dict[str, str], names: list[str]) -> list[str]:
+    """What is wrong with a finished unit's records in ``run_dir``: records that do not belong together or to this
+    run and seed (``integrity.check_run``: run.json and manifests against the config digest the study resolves,
+    score files against their manifests' weights and the study's scoring slices), config.json not the study's, an
+    input's digest not the study's (``study``: data and BPE), or a record from a checkout with uncommitted changes.
+    Empty when they belong to the study."""
     out: list[str] = []
+    expected = exp.run_config(unit.run, unit.seed).sha256()
+    try:
+        check_run(run_dir, unit.run, unit.seed, config_sha256=expected, experiment=exp)
+    except LnReproError as e:
+        out.append(str(e))
     config = run_dir / "config.json"
     digest = file_sha256(config)
-    if digest != config_sha256:
-        out.append(f"{config}: sha256 {digest[:12]}... but the study resolves {unit} to {config_sha256[:12]}... "
+    if digest != expected:
+        out.append(f"{config}: sha256 {digest[:12]}... but the study resolves {unit} to {expected[:12]}... "
                    "(other run settings)")
     info = RunRecord.read(run_dir / "run.json")
     if info.git_dirty:
         out.append(f"{run_dir / 'run.json'}: git_dirty is true (trained from a checkout with uncommitted changes at "
                    f"{info.git_commit}): rerun the unit from a clean clone")
-    if (info.run, info.seed) != (unit.run, unit.seed):
-        out.append(f"{run_dir / 'run.json'}: records {info.run} seed {info.seed}, not {unit}")
-    if info.config_sha256 != digest:
-        out.append(f"{run_dir / 'run.json'}: config_sha256 {info.config_sha256[:12]}... but config.json has "
-                   f"{digest[:12]}...")
-    out += _input_problems(run_dir / "run.json", info.inputs_sha256, study, slices, {"config.json": digest})
-    manifests: dict[int, EpochManifest] = {}
+    out += _input_problems(run_dir / "run.json", info.inputs_sha256, study)
     for name in names:
-        path = run_dir / name
-        if RunFolder().is_epoch_manifest(name):
-            m = manifests[int(Path(name).stem[5:])] = EpochManifest.read(path)
-            if m.config_sha256 != digest:
-                out.append(f"{path}: config_sha256 {str(m.config_sha256)[:12]}... but config.json has {digest[:12]}...")
-            if (m.run, m.seed) != (unit.run, unit.seed):
-                out.append(f"{path}: records {m.run} seed {m.seed}, not {unit}")
-    for name in names:
-        path = run_dir / name
         if name.startswith("eval/") and name.endswith(".json"):
-            s = CheckpointScores.read(path)
-            m = manifests.get(s.epoch)
-            if m is None or s.weights_sha256 != m.sha256 or s.status != m.status:
-                out.append(f"{path}: weights_sha256 {str(s.weights_sha256)[:12]}... (status {s.status.value}) but "
-                           f"epochs/epoch{s.epoch:03d}.json records {str(m and m.sha256)[:12]}...")
-            out += _input_problems(path, s.inputs_sha256 or {}, study, slices, {})
+            scores = CheckpointScores.read(run_dir / name)
+            out += _input_problems(run_dir / name, scores.inputs_sha256 or {}, study)
     return out
 
 
-def _input_problems(where: Path, inputs: dict[str, str], study: dict[str, str], slices: dict[str, str],
-                    own: dict[str, str]) -> list[str]:
+def _input_problems(where: Path, inputs: dict[str, str], study: dict[str, str]) -> list[str]:
+    """The inputs of a record (run.json's, a score file's ``inputs_sha256``) whose data or BPE digest is not the
+    study's."""
     out = []
     for name, digest in sorted(inputs.items()):
-        expected = own.get(name) or slices.get(name) or study.get(_study_key(name))
+        expected = study.get(_study_key(name))
         if expected is not None and expected != digest:
             out.append(f"{where}: input {name} has sha256 {digest[:12]}... but the study's is {expected[:12]}...")
     return out
@@ -314,8 +302,7 @@ def publish(results: Path, store: Path, configfiles: list[str] | None = None) ->
             outcome.left_out.append((unit, "unfinished or partly scored: no " + ", ".join(absent[:4])
                                      + (f" and {len(absent) - 4} more" if len(absent) > 4 else "")))
             continue
-        problems = record_problems(run_dir, unit, exp.run_config(unit.run, unit.seed).sha256(), index.study,
-                                   index.slices, names)
+        problems = record_problems(run_dir, unit, exp, index.study, names)
         if problems:
             raise _refuse(store, f"{unit}'s records do not belong to the study:\n  " + "\n  ".join(problems))
         data = {n: (run_dir / n).read_bytes() for n in names}

@@ -28,6 +28,10 @@ for _last in X.lengths:
                 hyp=[h for ep in _epochs for h in P.hypotheses(_splits, ep=f"{ep:03d}")],
             wildcard_constraints:
                 run=run_pattern(X.runs_of_length(_last)),
+            params:
+                # the digest of the slice the experiment resolves this group to (the text write_slice writes):
+                # scoring refuses an eval.json edited by hand, as training a hand-edited config.json
+                eval_sha256=X.eval.scoring(_splits).sha256(),
             threads: res("score_checkpoint").threads
             resources:
                 **job_resources("score_checkpoint"),
@@ -38,7 +42,8 @@ for _last in X.lengths:
             conda:
                 CONDA_ENV
             shell:
-                "lnrepro evaluate --out {output.json} --eval-config {input.eval} --bpe " + P.bpe + " --prepared " + P.prepared + " --threads {threads} > {log} 2>&1"
+                "lnrepro evaluate --out {output.json} --eval-config {input.eval} --bpe " + P.bpe + " --prepared " + P.prepared
+                + " --eval-config-sha256 {params.eval_sha256} --threads {threads} > {log} 2>&1"
 
 
 rule evaluate:

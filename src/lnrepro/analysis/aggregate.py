@@ -482,7 +482,6 @@ class TrainLog:
 
     curves: pd.DataFrame
     layers: pd.DataFrame
-    problems: list[str]
 
 
 def train_logs(results: Results) -> TrainLog:
@@ -506,7 +505,7 @@ def train_logs(results: Results) -> TrainLog:
     curves = pd.DataFrame(curve_rows, columns=["run", "seed", "update", "epoch", *TRAIN_SCALARS])
     layers = pd.DataFrame(layer_rows, columns=["run", "seed", "update", "epoch", "key", "stack", "layer",
                                                "sublayer", "grad_norm"])
-    return TrainLog(curves=curves, layers=layers, problems=results.problems)
+    return TrainLog(curves=curves, layers=layers)
 
 
 def learning_rates(results: Results) -> pd.DataFrame:
@@ -569,7 +568,6 @@ class Aggregate:
     layers_by_epoch: pd.DataFrame  # per (run, seed, epoch, layer key)
     early_updates: int
     split: str
-    problems: list[str]
 
 
 def aggregate(results: Results, experiment: Experiment) -> Aggregate:
@@ -591,5 +589,5 @@ def aggregate(results: Results, experiment: Experiment) -> Aggregate:
         curves=log.curves, lrs=learning_rates(results), layers=log.layers,
         layers_early=layer_grad_summary(log.layers, early),
         layers_by_epoch=layer_grad_by_epoch(log.layers),
-        early_updates=early, split=split, problems=log.problems,
+        early_updates=early, split=split,
     )

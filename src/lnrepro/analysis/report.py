@@ -236,8 +236,7 @@ def _stability(page: Page) -> dict[str, Any]:
     return {"divergence": agg.divergence, "early_updates": agg.early_updates, "styles": styles,
             "layers": page.figure("grad_layers", "per-layer gradient norms early in training"),
             "total": page.figure("grad_total", "total gradient norm early in training"),
-            "early": vw.early_grad_table(agg.layers_early, page.experiment.select) if len(agg.layers_early) else None,
-            "problems": agg.problems[:20]}
+            "early": vw.early_grad_table(agg.layers_early, page.experiment.select) if len(agg.layers_early) else None}
 
 
 def _wallclock(page: Page) -> dict[str, Any]:

@@ -2,18 +2,18 @@
 
 For every selected run and seed, under ``results/{exp}/runs/{run}/seed{seed}/`` (``lnrepro.paths.Paths``): the
 epoch manifests, the score files and ``summary.json`` as their typed records (``lnrepro.records``), ``run.json``
-and ``train.jsonl``; and the gradient-at-initialization tables under ``analysis/``. A file not written yet is
-absent (None), never a crash, because the report must render for a partly finished experiment too; a corrupt
-file is an error naming it and its key, and an unreadable training-log line is listed in ``problems``.
-``run.json`` is read as its mapping, so that a results tree from an earlier version (an older run.json: no
-device name, no torch version) still reports where it ran.
+and ``train.jsonl``; and the gradient-at-initialization tables under ``analysis/``. Each run folder is first
+checked by ``lnrepro.integrity.check_run`` against the experiment (every record this run's, seed's, epoch's and
+settings', a finished training's log whole against its summary) and each table by ``check_table`` against the
+gradinit settings: a record that fails is an error naming the file and the way out, never a silent input. A file
+not written yet is absent (None), never a crash, because the report must render for a partly finished
+experiment too. ``run.json`` is read as its mapping, so that a results tree from an earlier version (an older
+run.json: no device name, no torch version) still reports where it ran.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,13 +21,14 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from ..errors import LnReproError
-from ..io import open_text, read_json, text_exists
+from ..integrity import check_run, check_table, read_train_log
+from ..io import read_json, text_exists
+from ..norms import NORMS
 from ..paths import Paths
 from ..records import CheckpointScores, EpochManifest, Record, RunSummary
 from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
 from .gradinit_fit import FIT_COLUMNS
 
-_EPOCH_FILE = re.compile(r"^epoch(\d+)\.json$")
 R = TypeVar("R", bound=Record)
 
 
@@ -38,14 +39,13 @@ class SeedResults:
 
     run: str
     seed: int
-    epochs: int  # the epochs to tabulate: the configured count, or more when more are on disk
+    epochs: int  # the run's configured epochs (records beyond them are refused: lnrepro.integrity)
     manifests: dict[int, EpochManifest | None]  # epoch -> epochs/epochNNN.json
     scores: dict[int, CheckpointScores | None]  # epoch -> eval/epochNNN.json
     summary: RunSummary | None
     run_info: dict[str, Any] | None  # run.json's mapping
     steps: dict[int, dict[str, Any]]  # update -> its train.jsonl step record, in update order
     lrs: dict[int, float]  # update -> learning rate (the step records' "lrs"), in update order
-    problems: list[str] = field(default_factory=list)  # unreadable train.jsonl lines
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,6 @@ class Results:
     gradinit: pd.DataFrame | None  # analysis/gradinit.csv (+ gradinit_after_warmup.csv); None when not computed
     gradinit_fit: pd.DataFrame | None  # analysis/gradinit_fit.csv
     gradinit_missing: str  # why gradinit is None ("" when it is not)
-
-    @property
-    def problems(self) -> list[str]:
-        return [p for s in self.seeds for p in s.problems]
 
     def unfinished(self, experiment: Experiment) -> list[str]:
         """The units (run and seed) not finished and fully scored: no summary.json, or a score file of a scored
@@ -87,54 +83,14 @@ def _optional_record(cls: type[R], path: Path) -> R | None:
     return cls.read(path) if path.exists() else None
 
 
-def _epochs_on_disk(folder: Path) -> set[int]:
-    if not folder.is_dir():
-        return set()
-    return {int(m.group(1)) for p in folder.iterdir() if (m := _EPOCH_FILE.match(p.name))}
-
-
-def _train_log(path: Path) -> tuple[dict[int, dict[str, Any]], dict[int, float], list[str]]:
-    """train.jsonl's step records by update and every update's learning rate, each from the last attempt that
-    logged it, and the unreadable lines. Records with a "kind" other than "step" (attempt, epoch, diverged,
-    finished markers) are not updates; records without "kind" count as steps. A store's ``train.jsonl.gz`` is read
-    where the plain file is absent (``io.open_text``). A step's ``lrs`` are the learning
-    rates of the updates since the previous step record, its own last."""
-    steps: dict[int, dict[str, Any]] = {}
-    lrs: dict[int, float] = {}
-    problems: list[str] = []
-    if not text_exists(path):
-        return steps, lrs, problems
-    with open_text(path) as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                if isinstance(rec, dict) and rec.get("kind", "step") != "step":
-                    continue
-                update = int(rec["update"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                problems.append(f"{path}:{i}: not a JSON record with an 'update'")  # a killed writer's last line
-                continue
-            steps[update] = rec  # later attempts overwrite earlier ones
-            if isinstance(rec.get("lrs"), list):
-                try:
-                    values = [float(v) for v in rec["lrs"]]
-                except (TypeError, ValueError):
-                    continue
-                lrs.update(zip(range(update - len(values) + 1, update + 1), values))
-    return dict(sorted(steps.items())), dict(sorted(lrs.items())), problems
-
-
 def _read_seed(exp_dir: Path, paths: Paths, experiment: Experiment, run: str, seed: int) -> SeedResults:
     def local(path: str) -> Path:  # a path of the layout, under exp_dir (the report may read a copied tree)
         return exp_dir / Path(path).relative_to(paths.root)
 
     folder = local(paths.run_dir(run, seed))
-    manifest, score = (local(p(run, seed, "000")).parent for p in (paths.epoch_manifest, paths.score))
-    # epochs on disk beyond the configured count still show (a results tree from an earlier config)
-    n = max([experiment.runs[run].train.epochs, *_epochs_on_disk(manifest), *_epochs_on_disk(score)])
-    steps, lrs, problems = _train_log(folder / "train.jsonl")
+    check_run(folder, run, seed, experiment=experiment)
+    n = experiment.last_of(run)
+    log = read_train_log(folder / "train.jsonl") if text_exists(folder / "train.jsonl") else None
     return SeedResults(
         run=run, seed=seed, epochs=n,
         manifests={ep: _optional_record(EpochManifest, local(paths.epoch_manifest(run, seed, f"{ep:03d}")))
@@ -143,7 +99,7 @@ def _read_seed(exp_dir: Path, paths: Paths, experiment: Experiment, run: str, se
                 for ep in range(1, n + 1)},
         summary=_optional_record(RunSummary, local(paths.summary(run, seed))),
         run_info=_optional_json(folder / "run.json"),
-        steps=steps, lrs=lrs, problems=problems)
+        steps=log.steps if log else {}, lrs=log.lrs if log else {})
 
 
 def _analysis_csv(path: Path, columns: list[str]) -> pd.DataFrame | None:
@@ -159,21 +115,53 @@ def _analysis_csv(path: Path, columns: list[str]) -> pd.DataFrame | None:
     return df
 
 
+def _check_gradinit(path: Path, df: pd.DataFrame, experiment: Experiment, after_warmup: bool) -> None:
+    """The table holds every model its settings measure (at init: each norm variant it measured, every one a
+    registered variant, at every depth and seed; after warm-up: the after-warm-up run at each of its seeds),
+    each whole, with those settings."""
+    g = experiment.analysis.gradinit
+    settings = {"batches": [g.batches], "max_tokens": [g.max_tokens], "precision": [g.precision]}
+    if after_warmup:
+        run = experiment.runs[experiment.analysis.gradinit.after_warmup_run]
+        models = {"checkpoint": ["after_warmup"], "run": [g.after_warmup_run], "norm": [run.model.norm],
+                  "depth": [run.model.decoder_layers], "seed": list(experiment.seeds_of(g.after_warmup_run))}
+    else:
+        measured = set(df["norm"].dropna())
+        unknown = sorted(measured - set(NORMS))
+        if unknown:
+            raise LnReproError(f"{path}: norm variants {unknown} that are not registered ({', '.join(NORMS)}): "
+                               "write it again: snakemake --configfile ... --forcerun gradinit")
+        models = {"checkpoint": ["init"], "norm": [n for n in NORMS if n in measured], "depth": list(g.depths),
+                  "seed": list(g.seeds)}
+    check_table(path, df, {**models, **settings}, rule="gradinit_after_warmup" if after_warmup else "gradinit",
+                per=[k for k in models if k != "seed"], filled=["value", "updates"])
+
+
 def _read_gradinit(exp_dir: Path, paths: Paths, experiment: Experiment
                    ) -> tuple[pd.DataFrame | None, pd.DataFrame | None, str]:
     """analysis/gradinit.csv with the rows of gradinit_after_warmup.csv appended when the experiment measures
-    one (its after_warmup_run is selected) and it exists, and gradinit_fit.csv (None when absent); without
-    gradinit.csv (None, None, the reason)."""
+    one (its after_warmup_run is selected) and it exists, and gradinit_fit.csv (None when absent), each checked
+    whole against the gradinit settings; without gradinit.csv (None, None, the reason)."""
     def local(path: str) -> Path:
         return exp_dir / Path(path).relative_to(paths.root)
 
     gi = _analysis_csv(local(paths.gradinit_csv), GRADINIT_COLUMNS)
     if gi is None:
         return None, None, f"not computed (no {Path(paths.gradinit_csv).relative_to(paths.root)})"
+    _check_gradinit(local(paths.gradinit_csv), gi, experiment, after_warmup=False)
     if experiment.analysis.gradinit.after_warmup_run in experiment.runs:
         after = _analysis_csv(local(paths.gradinit_after_warmup_csv), GRADINIT_COLUMNS)
-        gi = gi if after is None else pd.concat([gi, after], ignore_index=True)
-    return gi, _analysis_csv(local(paths.gradinit_fit_csv), FIT_COLUMNS), ""
+        if after is not None:
+            _check_gradinit(local(paths.gradinit_after_warmup_csv), after, experiment, after_warmup=True)
+            gi = pd.concat([gi, after], ignore_index=True)
+    fit = _analysis_csv(local(paths.gradinit_fit_csv), FIT_COLUMNS)
+    if fit is not None:
+        g = experiment.analysis.gradinit
+        fitted = {"norm": [n for n in NORMS if n in set(gi["norm"])], "depths": [";".join(map(str, g.depths))],
+                  "seeds": [";".join(map(str, g.seeds))]}
+        check_table(local(paths.gradinit_fit_csv), fit.astype({"depths": str, "seeds": str}), fitted,
+                    rule="gradinit", per=["norm"], filled=["n"])
+    return gi, fit, ""
 
 
 def read_results(exp_dir: Path, experiment: Experiment) -> Results:

@@ -33,7 +33,7 @@ from ..errors import LnReproError
 from ..io import (atomic_write_lines, cpu_name, file_sha256, process_cpu_s, process_wall_s, read_json, read_lines,
                   where_ran)
 from ..memory import keep_freed_memory
-from ..paths import RunFolder
+from ..paths import EXPERIMENT_JSON, RunFolder
 from ..precision import autocast
 from ..records import CheckpointScores, EpochManifest, RunStatus, SplitScores
 from ..train.batching import collate, read_ids
@@ -152,6 +152,28 @@ def check_bpe(manifest: EpochManifest, manifest_path: Path, bpe_dir: Path) -> No
                            "encode them again (rule apply_bpe: snakemake --forcerun apply_bpe)")
 
 
+def check_references(bpe_dir: Path, prepared_dir: Path, splits: list[str], digests: dict[str, str]) -> None:
+    """Refuse references other than the ones the BPE folder's splits were encoded from (``bpe/stats.json``'s
+    ``prepared_sha256``; the BPE model is the checkpoint's, ``check_bpe``): another experiment's prepared folder
+    scores every hypothesis against the wrong sentences. ``digests``: the sha256 of each file read, by name. A
+    BPE folder of an older lnrepro records no digests: said on stderr, scored unchecked."""
+    stats = Path(bpe_dir) / "stats.json"
+    encoded_from = read_json(stats).get("prepared_sha256") if stats.exists() else None
+    if encoded_from is None:
+        print(f"{stats}: records no prepared_sha256 (an older lnrepro): the references in {prepared_dir} cannot be "
+              "checked against the encoded splits", file=sys.stderr)
+        return
+    for split in splits:
+        for ref in split_files(bpe_dir, prepared_dir, split)[2:]:
+            if digests[ref.name] != encoded_from.get(ref.name):
+                raise LnReproError(
+                    f"{ref}: not the references {bpe_dir}'s splits were encoded from (sha256 "
+                    f"{digests[ref.name][:12]}..., {stats} records {str(encoded_from.get(ref.name))[:12]}...): the "
+                    "prepared folder of another experiment, or one prepared again since. Score with the "
+                    "experiment's own prepared folder (results/{exp}/data/prepared), or encode it again "
+                    "(rule apply_bpe: snakemake --forcerun apply_bpe)")
+
+
 def read_scoring_data(bpe_dir: Path, prepared_dir: Path, splits: list[str], vocab_size: int) -> ScoringData:
     """``spm.model``, ``{split}.{de,en}.ids`` and ``data/prepared/{split}.en``, ``{split}.raw.en`` of each split;
     line counts that differ or are zero are an error naming the files."""
@@ -209,10 +231,26 @@ def score(model: torch.nn.Module, settings: ScoreSettings, data: ScoringData, la
     return Scores({split: per_split[split] for split in settings.splits}, hypotheses, skipped)
 
 
+def check_slice(eval_json: Path, expected: str | None) -> None:
+    """Refuse a scoring slice whose sha256 is not ``expected``, the digest of the slice the experiment resolves
+    (``ScoreSettings.sha256``, passed by the workflow): a hand edit would rescore every checkpoint with settings
+    experiment.json and the report do not show (as the trainer refuses a hand-edited config.json)."""
+    if expected is None:
+        return
+    actual = file_sha256(eval_json)
+    if actual != expected:
+        raise LnReproError(
+            f"{eval_json}: not the scoring slice the experiment's eval settings give (its sha256 is {actual[:12]}..., "
+            f"the configuration gives {expected[:12]}..., the settings in {Path(eval_json).parent / EXPERIMENT_JSON}"
+            f"): edited by hand or written from another configuration. Nothing was scored; delete it so that "
+            f"snakemake writes it again from the configuration, or set the change in the config files instead")
+
+
 def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, prepared_dir: Path,
-                      out_jsons: list[Path], threads: int) -> list[CheckpointScores]:
+                      out_jsons: list[Path], threads: int, eval_sha256: str | None = None) -> list[CheckpointScores]:
     """Evaluate the checkpoint each manifest names on every split of the scoring slice, each with its decoding,
     in this one process; write each out_json (and the splits' .hyp files beside it) as soon as it is scored.
+    ``eval_sha256``: the digest the slice must have (``check_slice``), checked before anything is read.
 
     A record's wall_s and cpu_s are its checkpoint's share of the job: its own scoring plus the job's start-up
     (imports, the slice, the splits) divided equally among the job's checkpoints, so that a job's records sum to
@@ -223,6 +261,7 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
     if len(manifests) != len(out_jsons) or not manifests:
         raise LnReproError(f"{len(manifests)} manifests and {len(out_jsons)} score files: one score file each")
     eval_json, bpe_dir, prepared_dir = map(Path, (eval_json, bpe_dir, prepared_dir))
+    check_slice(eval_json, eval_sha256)
     torch.set_num_threads(max(1, int(threads)))
     keep_freed_memory()
     settings = ScoreSettings.read(eval_json)
@@ -266,7 +305,9 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
             vocab = model.cfg.vocab_size
             if vocab not in data:
                 data[vocab] = read_scoring_data(bpe_dir, prepared_dir, splits, vocab)
-                read_sha256 = read_sha256 or {f.name: file_sha256(f) for f in read}
+                if not read_sha256:
+                    read_sha256 = {f.name: file_sha256(f) for f in read}
+                    check_references(bpe_dir, prepared_dir, splits, read_sha256)
             scores = score(model, settings, data[vocab], label=f"epoch{m.epoch:03d}")
             for split, hyps in scores.hypotheses.items():
                 atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), hyps)
