@@ -161,3 +161,118 @@ def test_incomplete_store_says_so_first(parts: dict[str, Path]) -> None:
     html = (parts["store1"] / "report" / "index.html").read_text()
     assert "Incomplete: 2 of 4 units; missing: postln_warmup_isqrt seed 2, preln_nowarmup_step8 seed 2" in html
     assert html.index("Incomplete") < html.index('id="answer"')
+
+
+# ---- refusals: each through the command line, with its message, the store's bytes unchanged --------------------
+
+
+def _store_copy(parts: dict[str, Path], tmp_path: Path) -> Path:
+    """A copy of the store after part one (seed 1 of both runs)."""
+    return Path(shutil.copytree(parts["store1"], tmp_path / "published" / "demo",
+                                ignore=shutil.ignore_patterns("report")))
+
+
+def _results_copy(work: Path, tmp_path: Path, name: str = "part") -> Path:
+    """A copy of a part's results tree without weights, run.json's git_dirty false."""
+    results = Path(shutil.copytree(work / P.root, tmp_path / name / P.root, ignore=shutil.ignore_patterns("state")))
+    _clean(results)
+    return results
+
+
+def _refused(parts: dict[str, Path], store_dir: Path, results: Path, capsys, *extra: str) -> str:
+    before = _snapshot(store_dir)
+    rc, out = _publish(parts["one"], store_dir, *extra, results=results, capsys=capsys)
+    assert rc == 1 and "refused: " in out and f"{store_dir} is unchanged" in out, out
+    assert _snapshot(store_dir) == before
+    print(f"\n{out}")
+    return out
+
+
+def test_same_part_twice_and_same_units_again_change_nothing(parts: dict[str, Path], tmp_path: Path,
+                                                             capsys) -> None:
+    """Publishing part one again keeps its units and writes nothing; the one run of both seeds, trained apart on
+    the same host, has the same identity for seed 1 (kept) and adds seed 2."""
+    store_dir = _store_copy(parts, tmp_path)
+    before = _snapshot(store_dir)
+    rc, out = _publish(parts["one"], store_dir, results=_results_copy(parts["one"], tmp_path), capsys=capsys)
+    assert rc == 0 and "added 0, kept 2" in out and "kept postln_warmup_isqrt seed 1" in out
+    assert _snapshot(store_dir) == before
+    rc, out = _publish(parts["one"], store_dir, results=_results_copy(parts["whole"], tmp_path, "whole"),
+                       capsys=capsys)
+    assert rc == 0 and "added 2, kept 2" in out, out
+
+
+def test_refuses_other_run_settings(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """A part trained with another learning rate for one run (a real training) is refused."""
+    work = Path(shutil.copytree(parts["one"], tmp_path / "lr" / "repo"))
+    (work / "lr.yaml").write_text("runs: {preln_nowarmup_step8: {optim: {lr_max: 1.0e-3}}}\n")
+    log = snakemake(work, P.experiment_json, P.score("preln_nowarmup_step8", 1, "002"),
+                    "--cores", "2", "--configfile", *LAYERS, "lr.yaml").stderr
+    assert _jobs(log)["train_run"] == 1
+    out = _refused(parts, _store_copy(parts, tmp_path), _results_copy(work, tmp_path), capsys)
+    assert "resolved settings (experiment.json) differ from the study's" in out
+    assert "runs.preln_nowarmup_step8.optim.lr_max" in out
+
+
+def test_refuses_other_data(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """A part whose corpus was generated from another seed (its data and BPE rebuilt for real) is refused."""
+    work = Path(shutil.copytree(parts["one"], tmp_path / "data" / "repo"))
+    (work / "data.yaml").write_text("defaults: {data: {synthetic: {seed: 99}}}\n")
+    snakemake(work, P.experiment_json, *P.bpe_ids, "--cores", "2", "--configfile", *LAYERS, "data.yaml")
+    out = _refused(parts, _store_copy(parts, tmp_path), _results_copy(work, tmp_path), capsys)
+    assert "the part's data or BPE differ from the study's (data/bpe/spm.model" in out
+    assert "another corpus or vocabulary" in out
+
+
+def test_refuses_a_dirty_checkout(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    results = _results_copy(parts["two"], tmp_path)
+    _clean(results, dirty=True)
+    out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
+    assert "git_dirty is true (trained from a checkout with uncommitted changes" in out
+
+
+def test_refuses_a_record_failing_its_digest(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """A score file whose weights digest is not its manifest's."""
+    results = _results_copy(parts["two"], tmp_path)
+    score = results / "runs" / "preln_nowarmup_step8" / "seed2" / "eval" / "epoch001.json"
+    record = json.loads(score.read_text())
+    record["weights_sha256"] = "0" * 64
+    score.write_text(json_text(record))
+    out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
+    assert "preln_nowarmup_step8 seed 2's records do not belong to the study" in out and str(score) in out
+
+
+def test_refuses_a_stored_unit_with_another_identity(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """Seed 1 again with one hypothesis changed: the message names the file that differs."""
+    results = _results_copy(parts["one"], tmp_path)
+    hyp = results / "runs" / "postln_warmup_isqrt" / "seed1" / "eval" / "epoch002.test.hyp"
+    hyp.write_text("another hypothesis\n" + hyp.read_text().split("\n", 1)[1])
+    out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
+    assert "postln_warmup_isqrt seed 1 is already stored with another identity; these records differ: " in out
+    assert str(hyp) in out
+
+
+def test_a_publish_failing_between_units_leaves_the_store_as_it_was(parts: dict[str, Path], tmp_path: Path,
+                                                                    capsys, monkeypatch) -> None:
+    """A failure after the first unit is written leaves the store's bytes as they were and nothing beside it;
+    the same publish then completes."""
+    store_dir = _store_copy(parts, tmp_path)
+    before = _snapshot(store_dir)
+    results = _results_copy(parts["two"], tmp_path)
+    add = store._add_unit
+    calls = []
+
+    def failing(*args, **kwargs):
+        if calls:
+            raise OSError(28, "No space left on device", str(args[0]))
+        calls.append(args)
+        return add(*args, **kwargs)
+
+    monkeypatch.setattr(store, "_add_unit", failing)
+    rc, out = _publish(parts["one"], store_dir, results=results, capsys=capsys)
+    assert rc == 1 and "no space left" in out and calls
+    assert _snapshot(store_dir) == before
+    assert sorted(p.name for p in store_dir.parent.iterdir()) == ["demo"]
+    monkeypatch.setattr(store, "_add_unit", add)
+    rc, out = _publish(parts["one"], store_dir, results=results, capsys=capsys)
+    assert rc == 0 and "added 2, kept 0" in out
