@@ -311,10 +311,11 @@ def test_execution_facts_from_the_results_tree(tmp_path):
             "where_ran": {"host": "h", "device": "cpu", "slurm_job_id": None}}).write(rd / "summary.json")
     (tmp_path / "runs" / b / "seed3").mkdir(parents=True)  # started, not finished: not trained
     facts = execution_facts(read_results(tmp_path, exp), exp)
+    no_hosts = {"train_hosts": [], "score_hosts": []}  # run.json without a host (an older lnrepro's)
     assert facts[a] == {"seeds": [1, 2], "device": "NVIDIA A100, NVIDIA H200", "precision": "fp32",
-                        "torch": "2.4.0", "threads": "4"}
-    assert facts[b] == {"seeds": [1], "device": "cpu", "precision": "bf16", "torch": "", "threads": "2"}
-    assert all(facts[r] == {"seeds": [], "device": "", "precision": "", "torch": "", "threads": ""}
+                        "torch": "2.4.0", "threads": "4", **no_hosts}
+    assert facts[b] == {"seeds": [1], "device": "cpu", "precision": "bf16", "torch": "", "threads": "2", **no_hosts}
+    assert all(facts[r] == {"seeds": [], "device": "", "precision": "", "torch": "", "threads": "", **no_hosts}
                for r in exp.select[2:])
 
 
@@ -454,3 +455,44 @@ def test_a_comparison_of_variants_names_what_they_change_beside_the_norm_positio
     assert row["nofinal_vs_pre"]["variant differences"] == (
         "pre_nofinal: layernorms removed (no LayerNorm after the last layer of each stack)")
     assert row["norm_paper"]["variant differences"] == ""
+
+
+AVX2 = {"train_hosts": ["avx2, 4 threads"], "score_hosts": ["avx2, 4 threads"]}
+AVX512 = {"train_hosts": ["avx2+avx512f, 4 threads"], "score_hosts": ["avx2, 4 threads"]}
+
+
+def test_hosts_confound_cost_not_quality():
+    """Units trained on hosts of other CPU flags: the comparison's cost is flagged as confounded by the host (and
+    the unit it compares in named), while its verdict, the comparison of quality per epoch, stays controlled."""
+    exp = experiment({"pair": PAIR})
+    on = {r: AVX2 for r in CELLS}
+    alike = analyze_confounds(exp, execution(exp, **on))["comparisons"][0]
+    assert (alike["verdict"], alike["cost_confounds"]) == ("controlled", [])
+    assert "host" not in alike["sentence"]
+    c = analyze_confounds(exp, execution(exp, **{**on, "preln_warmup_isqrt": AVX512}))["comparisons"][0]
+    assert verdicts({"comparisons": [c]}) == {"pair": CONTROLLED}
+    assert c["cost_confounds"] == ["train_hosts"]  # scored alike: the scoring hosts are no confound
+    assert c["cost_values"] == {"train_hosts": {"postln_warmup_isqrt": ["avx2, 4 threads"],
+                                                "preln_warmup_isqrt": ["avx2+avx512f, 4 threads"]}}
+    assert c["sentence"] == (
+        "pair is controlled: only model.norm differs between postln_warmup_isqrt and preln_warmup_isqrt. Its cost "
+        "(CPU time, wall-clock, time to quality in seconds, quality at equal CPU time and tokens per second) is "
+        "confounded by the host: the training hosts differ (postln_warmup_isqrt: avx2, 4 threads; "
+        "preln_warmup_isqrt: avx2+avx512f, 4 threads); compare its cost within a host or in updates and epochs (its "
+        "quality per epoch and per update is compared as above).")
+    row = confounds_rows({"comparisons": [c]})[0]
+    assert row["cost confounds"] == ("the training hosts (postln_warmup_isqrt='avx2, 4 threads'; "
+                                     "preln_warmup_isqrt='avx2+avx512f, 4 threads')")
+    assert row["execution confounds"] == "" and row["verdict"] == "controlled"
+
+
+def test_hosts_mixed_within_a_run_and_unknown_hosts():
+    """Seeds of one run on two hosts mix hosts in its cost: flagged; a run whose records name no host (an older
+    lnrepro's) is no evidence of a difference."""
+    exp, on = experiment({"pair": PAIR}), {r: AVX2 for r in CELLS}
+    mixed = {"train_hosts": ["avx2, 4 threads", "avx2+avx512f, 4 threads"], "score_hosts": []}
+    c = analyze_confounds(exp, execution(exp, **{**on, "preln_warmup_isqrt": mixed}))["comparisons"][0]
+    assert c["cost_confounds"] == ["train_hosts"] and c["verdict"] == "controlled"
+    unknown = {"train_hosts": [], "score_hosts": []}
+    c = analyze_confounds(exp, execution(exp, **{**on, "preln_warmup_isqrt": unknown}))["comparisons"][0]
+    assert c["cost_confounds"] == [] and c["verdict"] == "controlled"

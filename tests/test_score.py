@@ -156,6 +156,10 @@ def test_trained_model_scores_well_above_untrained(task):
     assert set(res_t["decode"]["valid"]) == {"beam", "lenpen", "max_len_a", "max_len_b", "max_tokens", "precision",
                                              "min_len", "unk_penalty", "cached"}  # docs/outputs.md
     assert set(res_t["where_ran"]) >= {"host", "device", "slurm_job_id"}
+    # the scoring job's host, measured at its start, and the scoring code's checkout (this repository's)
+    assert set(res_t["host"]) == {"cpu_model", "cpu_flags", "threads", "matmul_gflops"}
+    assert res_t["host"]["threads"] == 1 and res_t["host"]["matmul_gflops"] > 0
+    assert len(res_t["git_commit"]) == 40 and isinstance(res_t["git_dirty"], bool)
     hyp = read_lines(out.parent / "epoch002.test.hyp")
     assert len(hyp) == 30
     refs = read_lines(task["prepared"] / "test.en")
@@ -274,6 +278,7 @@ def test_a_manifest_missing_a_key_is_named(task, tmp_path):
 
 def _without_timing(record: dict) -> dict:
     out = {k: v for k, v in record.items() if k not in ("wall_s", "cpu_s", "job_checkpoints", "manifest")}
+    out["host"] = {k: v for k, v in record["host"].items() if k != "matmul_gflops"}  # measured: moves with load
     out["splits"] = {split: None if v is None else {k: x for k, x in v.items() if k not in ("decode_s", "sent_per_s")}
                      for split, v in record["splits"].items()}
     return out

@@ -23,9 +23,9 @@ TWO_SEEDS = "seeds: [1, 2]\nanalysis: {gradinit: {after_warmup_run: null}}\n"
 LAYERS = (*DEMO_PAIR, "two_seeds.yaml")
 P = Paths("demo")
 # What the report derives from time or from where a unit ran, which differs between any two runs of the same units:
-# the columns of wall-clock, CPU seconds, tokens per second and the host, and the rows of quality at equal training
+# the columns of wall-clock, CPU seconds, tokens per second, the host and its measured matmul peak, and the rows of quality at equal training
 # CPU time (a budget labelled "training CPU N s", the CPU time to a target).
-TIME_COLUMNS = re.compile(r"wall|cpu|tokens_per_s|s_per_update|spread|host")
+TIME_COLUMNS = re.compile(r"wall|cpu|tokens_per_s|s_per_update|spread|host|gflops")
 TIME_ROWS = re.compile(r"training CPU|cpu_s|wall_s")
 
 
@@ -37,9 +37,9 @@ def _workdir(tmp: Path) -> Path:
 
 
 def _clean(results: Path, dirty: bool = False) -> None:
-    """Each run.json's git_dirty set to ``dirty`` (the tests train from a worktree that may have changes: false
-    stands for a clean clone)."""
-    for path in results.glob("runs/*/seed*/run.json"):
+    """Each run.json's and score file's git_dirty set to ``dirty`` (the tests train from a worktree that may have
+    changes: false stands for a clean clone)."""
+    for path in [*results.glob("runs/*/seed*/run.json"), *results.glob("runs/*/seed*/eval/epoch*.json")]:
         record = json.loads(path.read_text())
         record["git_dirty"] = dirty
         path.write_text(json_text(record))

@@ -92,6 +92,10 @@ def test_outputs_and_logging(reference):
                 "where_ran", "num_params"):
         assert key in meta
     assert meta["threads"] == 1 and meta["precision"] == "fp32"
+    # the host, measured at the attempt's start: run.json's is the attempt's in train.jsonl
+    assert set(meta["host"]) == {"cpu_model", "cpu_flags", "threads", "matmul_gflops"}
+    assert meta["host"]["threads"] == 1 and meta["host"]["matmul_gflops"] > 0
+    assert [r["host"] for r in records(run) if r["kind"] == "attempt"] == [meta["host"]]
     recs = records(run)
     steps = [r for r in recs if r["kind"] == "step"]
     cfg = json.loads((run.parent / "config.json").read_text())
@@ -189,6 +193,8 @@ def test_resume_after_sigkill_is_bitwise_identical(reference, bpe_dir, tmp_path)
     assert summary["updates"] == ref_summary["updates"] and summary["final_loss"] == ref_summary["final_loss"]
     assert summary["wall_s_all_attempts"] > summary["train_s"]
     assert {r["attempt"] for r in records(run)} == {1, 2, 3}
+    hosts = [r["host"] for r in records(run) if r["kind"] == "attempt"]  # each attempt measured its own
+    assert len(hosts) == 3 and json.loads((run / "run.json").read_text())["host"] == hosts[-1]
 
 
 def test_divergence_recorded(bpe_dir, tmp_path):

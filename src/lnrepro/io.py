@@ -10,6 +10,7 @@ import os
 import platform
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 from contextlib import contextmanager
@@ -279,3 +280,16 @@ def where_ran(device: str | None = None) -> dict[str, Any]:
         "device": device or cpu_name(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }
+
+
+def git_commit() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the repository holding this package, or (None, None) outside a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip() != ""
+        return commit or None, dirty
+    except (OSError, subprocess.SubprocessError):
+        return None, None

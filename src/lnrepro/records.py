@@ -183,12 +183,15 @@ class CheckpointScores(Record):
     also ``spm.model``, each split's ``{split}.de.ids``, ``{split}.en.ids``, references ``{split}.en`` and
     ``{split}.raw.en``; the weights are ``weights_sha256``); absent in a score file of an older lnrepro.
     skipped: per split not decoded, why (its ``splits`` entry None: the checkpoint's valid BLEU below
-    ``eval.valid_bleu_floor``); absent when every split was scored.
+    ``eval.valid_bleu_floor``); absent when every split was scored. host: the scoring job's host
+    (``lnrepro.host.host_identity``, measured once at the job's start); git_commit, git_dirty: the scoring
+    code's checkout (``lnrepro.io.git_commit``; absent outside one); all three absent in a score file of an older
+    lnrepro.
     """
 
     STATUSES: ClassVar[tuple[RunStatus, ...]] = EpochManifest.STATUSES
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config", "inputs_sha256", "cpu_s", "job_checkpoints",
-                                                    "skipped"})
+                                                    "skipped", "host", "git_commit", "git_dirty"})
 
     epoch: int
     status: RunStatus
@@ -210,6 +213,9 @@ class CheckpointScores(Record):
     cpu_s: float | None = None
     job_checkpoints: int | None = None
     skipped: dict[str, str] | None = None
+    host: dict[str, Any] | None = None
+    git_commit: str | None = None
+    git_dirty: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -278,11 +284,13 @@ class RunRecord(Record):
     slurm_job_id. executions: per attempt of the retained training, in order, the execution facts that decide
     its bits besides the inputs (``attempt``, ``resumed_update``, ``torch``, ``numpy``, ``device``,
     ``device_name``, ``threads``); attempts that differ in them make a result that is not bitwise an
-    uninterrupted run's. Absent in a run.json of an older lnrepro.
+    uninterrupted run's. Absent in a run.json of an older lnrepro. host: the host of the attempt that wrote the
+    file (``lnrepro.host.host_identity``, measured at its start: cpu_model, cpu_flags, threads, matmul_gflops;
+    each attempt's in its train.jsonl ``attempt`` record); absent in a run.json of an older lnrepro.
     """
 
     FINITE: ClassVar[bool] = True
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"executions"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"executions", "host"})
 
     run: str
     seed: int
@@ -309,3 +317,4 @@ class RunRecord(Record):
     attempts: int
     where_ran: dict[str, Any]
     executions: list[dict[str, Any]] | None = None
+    host: dict[str, Any] | None = None

@@ -118,7 +118,8 @@ def record_problems(run_dir: Path, unit: Unit, exp: Experiment, study: dict[str,
     """What is wrong with a finished unit's records in ``run_dir``: records that do not belong together or to this
     run and seed (``integrity.check_run``: run.json and manifests against the config digest the study resolves,
     score files against their manifests' weights and the study's scoring slices), config.json not the study's, an
-    input's digest not the study's (``study``: data and BPE), or a record from a checkout with uncommitted changes.
+    input's digest not the study's (``study``: data and BPE), or a record trained or scored from a checkout with
+    uncommitted changes (``git_dirty``).
     Empty when they belong to the study."""
     out: list[str] = []
     expected = exp.run_config(unit.run, unit.seed).sha256()
@@ -140,6 +141,9 @@ def record_problems(run_dir: Path, unit: Unit, exp: Experiment, study: dict[str,
         if name.startswith("eval/") and name.endswith(".json"):
             scores = CheckpointScores.read(run_dir / name)
             out += _input_problems(run_dir / name, scores.inputs_sha256 or {}, study)
+            if scores.git_dirty:
+                out.append(f"{run_dir / name}: git_dirty is true (scored from a checkout with uncommitted changes "
+                           f"at {scores.git_commit}): rescore the unit from a clean clone")
     return out
 
 
@@ -357,8 +361,9 @@ def _check_study(index: Index, store: Path, part: dict[str, Any], study: dict[st
     (its configfiles needed). Returns the config to store (None: the stored one stays)."""
     differ = sorted(n for n in study if index.study.get(n) != study[n])
     if differ:
-        raise _refuse(store, f"the part's data or BPE differ from the study's ({', '.join(differ)}): another corpus "
-                      "or vocabulary")
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        raise _refuse(store, f"the part's data or BPE differ from the study's ({', '.join(differ[:3])}{more}): "
+                      "another corpus or vocabulary")
     old = read_json(store / EXPERIMENT_JSON)
     grown = json_text(old) != json_text(part)
     if grown and not _grown_by_extension(old, part):

@@ -3,9 +3,9 @@
 The units are every selected run x seed of the store's ``experiment.json``; those ``store.json`` does not hold
 are missing. A missing unit costs its training updates (batches per epoch of a stored unit trained with the same
 ``max_tokens``, times its epochs) times this host's training CPU-seconds per update. That rate is **measured**
-where the store holds units trained on a host with this host's CPU flags and threads (run.json's ``host``: the
-median over the run's own stored units, else over all of them), and **estimated** from the other hosts' units
-otherwise (their CPU flags differ or were not recorded); with no unit stored the cost is unknown. Scoring is not
+where the store holds units trained on this host (``lnrepro.host.host_key``: the CPU flags and threads of run.json's
+``host``; the median over the run's own stored units, else over all of them), and **estimated** from the other
+hosts' units otherwise (their CPU flags or threads differ, or were not recorded); with no unit stored the cost is unknown. Scoring is not
 counted. A part takes whole seeds first (every run of one seed on one host keeps each per-seed comparison within
 a host), then single units of the next seed, while its training CPU-seconds fit the given minutes on the given
 cores; Snakemake schedules its jobs. Its targets are one score file of each of the units' scoring jobs (a job
@@ -26,34 +26,11 @@ import yaml
 from .config import resources
 from .config.settings import Experiment
 from .errors import LnReproError
+from .host import cpu_flags, host_key
 from .io import read_json
 from .paths import EXPERIMENT_JSON, STORE_CONFIG, Paths
 from .records import RunRecord, RunSummary
 from .store import Index, Unit, units_of
-
-# The CPU flags that decide a host's speed at training (lnrepro.host's host identity records them in run.json).
-HOST_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "avx_vnni",
-              "avx512_vnni")
-
-
-def cpu_flags() -> list[str]:
-    """This host's flags among ``HOST_FLAGS``, sorted (from /proc/cpuinfo; none where it is absent)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return sorted(set(line.split(":", 1)[1].split()) & set(HOST_FLAGS))
-    except OSError:
-        pass
-    return []
-
-
-def _host_key(host: dict[str, Any] | None) -> tuple[tuple[str, ...], int] | None:
-    """A record's host as its CPU flags and threads (None where the record has no ``host``)."""
-    if not host:
-        return None
-    return tuple(sorted(host.get("cpu_flags") or ())), int(host.get("threads") or 0)
-
 
 @dataclass(frozen=True)
 class StoredCost:
@@ -64,7 +41,7 @@ class StoredCost:
     batches_per_epoch: int
     updates: int
     cpu_s_per_update: float | None
-    host: tuple[tuple[str, ...], int] | None
+    host: str | None  # lnrepro.host.host_key of its run.json's host (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -89,7 +66,7 @@ def _stored_costs(store: Path, exp: Experiment, index: Index) -> list[StoredCost
         RunRecord.from_dict(info, str(folder / "run.json"))
         rate = summary.train_cpu_s / summary.updates if summary.train_cpu_s and summary.updates else None
         out.append(StoredCost(entry["run"], int(info["config"]["train"]["max_tokens"]), int(info["batches_per_epoch"]),
-                              summary.updates, rate, _host_key(info.get("host"))))
+                              summary.updates, rate, host_key(info["host"]) if info.get("host") else None))
     return out
 
 
@@ -109,16 +86,15 @@ def status(store: Path, threads: int | None = None) -> Status:
     stored = [u for u in units if u.key in index.units]
     missing = [u for u in units if u.key not in index.units]
     costs = _stored_costs(store, exp, index)
-    here = (tuple(cpu_flags()), threads)
+    here = host_key({"cpu_flags": cpu_flags(), "threads": threads})
     same = [c for c in costs if c.host == here and c.cpu_s_per_update]
     basis = same or [c for c in costs if c.cpu_s_per_update]
     if same:
-        words = (f"measured: {len(same)} stored unit(s) trained on hosts with this host's CPU flags "
-                 f"({' '.join(here[0]) or 'none of ' + ', '.join(HOST_FLAGS)}) and {threads} thread(s)")
+        words = f"measured: {len(same)} stored unit(s) trained on this host ({here})"
     elif basis:
-        words = (f"estimated: no stored unit was trained on a host with this host's CPU flags "
-                 f"({' '.join(here[0]) or 'none listed'}) and {threads} thread(s); the rate of {len(basis)} unit(s) "
-                 "of other hosts")
+        hosts = sorted({c.host or "host not recorded" for c in basis})
+        words = (f"estimated: no stored unit was trained on this host ({here}); the median rate of {len(basis)} "
+                 f"unit(s) of {'; '.join(hosts)}")
     else:
         words = "unknown: no stored unit records its training CPU time"
     cost_s = {u: _unit_cost(exp, u, basis, costs) for u in missing}

@@ -14,8 +14,10 @@ from typing import Any
 import pandas as pd
 
 from ..config.settings import Experiment
+from ..host import host_key
 from ..records import Record, RunStatus
 from .budget import COST
+from .confounds import HOST_FREE_UNIT
 from .results import Results, SeedResults
 
 # Scores read per split from eval/epochNNN.json "splits": {split: {...}}.
@@ -267,15 +269,34 @@ def cost_spread_sentence(spread: pd.DataFrame) -> str:
             "spreads is within what the machine itself varies.")
 
 
+def host_sentence(hosts: pd.DataFrame) -> str:
+    """How many hosts (``lnrepro.host.host_key``) the trainings ran on, in words ("" when no run.json names one):
+    with more than one, costs compare only within a host (the confounds table flags each comparison whose costs
+    cross hosts)."""
+    keys = sorted({k for k in hosts.loc[hosts["job"] == "train", "host_key"] if k})
+    if not keys:
+        return ""
+    if len(keys) == 1:
+        return f"Every training ran on one host: {keys[0]} (its CPU flags and threads)."
+    return (f"The trainings ran on {len(keys)} hosts ({'; '.join(keys)}): a cost compares only within a host, "
+            "so the confounds table flags each comparison whose runs' costs cross hosts; between hosts, compare "
+            f"{HOST_FREE_UNIT} (Where it ran lists each unit's host).")
+
+
 def execution_facts(results: Results, experiment: Experiment) -> dict[str, dict[str, Any]]:
     """Per selected run, where it ran, as ``confounds.analyze_confounds`` compares it: ``seeds``, the seeds
-    trained (with a summary.json, diverged or not), and from their run.json ``device`` (device_name, else the
-    device type), ``precision``, ``torch`` (torch_version) and ``threads``, each as the distinct values over
-    the run's seeds joined by ", " ("" when no run.json says)."""
+    trained (with a summary.json, diverged or not), and from their run.json ``device`` (``cpu`` on a CPU, whose
+    model is part of the host; else the accelerator's device_name, else the device type), ``precision``,
+    ``torch`` (torch_version) and ``threads``, each as the distinct values over the run's seeds joined by ", "
+    ("" when no run.json says); ``train_hosts`` and ``score_hosts``: the sorted distinct host keys
+    (``lnrepro.host.host_key``) of those seeds' training (run.json) and scoring (their score files), [] when no
+    record says (an older lnrepro's)."""
     fields = {"device": ("device_name", "device"), "precision": ("precision",), "torch": ("torch_version",),
               "threads": ("threads",)}
     seeds: dict[str, list[int]] = {run: [] for run in experiment.select}
     values: dict[str, dict[str, set[str]]] = {run: {name: set() for name in fields} for run in experiment.select}
+    hosts: dict[str, dict[str, set[str]]] = {run: {"train_hosts": set(), "score_hosts": set()}
+                                             for run in experiment.select}
     for sr in results.seeds:
         if sr.summary is None:
             continue
@@ -283,11 +304,63 @@ def execution_facts(results: Results, experiment: Experiment) -> dict[str, dict[
         rj = sr.run_info or {}
         run = sr.run
         for name, keys in fields.items():
-            value = next((rj[k] for k in keys if rj.get(k) not in (None, "")), None)
+            value = "cpu" if name == "device" and rj.get("device") == "cpu" else \
+                next((rj[k] for k in keys if rj.get(k) not in (None, "")), None)
             if value is not None:
                 values[run][name].add(str(value))
-    return {run: {"seeds": seeds[run], **{name: ", ".join(sorted(v)) for name, v in values[run].items()}}
+        for job, rows in _unit_hosts(sr).items():
+            hosts[run][f"{job}_hosts"] |= {host_key(row["identity"]) for row in rows if row["identity"]}
+    return {run: {"seeds": seeds[run], **{name: ", ".join(sorted(v)) for name, v in values[run].items()},
+                  **{name: sorted(v) for name, v in hosts[run].items()}}
             for run in experiment.select}
+
+
+HOST_COLUMNS = ["run", "seed", "job", "machine", "device", "cpu_model", "cpu_flags", "threads", "matmul_gflops",
+                "host_key", "git_commit", "git_dirty"]
+
+
+def _unit_hosts(sr: SeedResults) -> dict[str, list[dict[str, Any]]]:
+    """One unit's jobs by kind: ``train`` (its run.json, when written) and ``score`` (one per distinct scoring
+    job among its score files), each {"identity": the host dict or None, "machine", "device", "threads",
+    "git_commit", "git_dirty"}."""
+    out: dict[str, list[dict[str, Any]]] = {"train": [], "score": []}
+    if sr.run_info is not None:
+        rj = sr.run_info
+        device = rj.get("device_name") or rj.get("device") or ""
+        out["train"].append({"identity": rj.get("host"), "machine": (rj.get("where_ran") or {}).get("host", ""),
+                             "device": device, "threads": rj.get("threads"), "git_commit": rj.get("git_commit"),
+                             "git_dirty": rj.get("git_dirty")})
+    for record in sr.scores.values():
+        if record is None:
+            continue
+        job = {"identity": record.host, "machine": record.where_ran.get("host", ""),
+               "device": record.where_ran.get("device", ""), "threads": record.threads,
+               "git_commit": record.git_commit, "git_dirty": record.git_dirty}
+        if job not in out["score"]:
+            out["score"].append(job)
+    return out
+
+
+def host_table(results: Results) -> pd.DataFrame:
+    """tables/hosts.csv: per unit (run, seed) and job (``train``; ``score``, one row per distinct scoring job),
+    where it ran: the machine's name, the device, the CPU model, its flags (``lnrepro.host.CPU_FLAGS``, joined by
+    "+"), the threads, the fp32 matmul peak measured at the job's start (GFLOP/s), the host key that decides
+    whether costs compare, and the code's commit and whether its checkout had uncommitted changes ("none": a
+    host with none of the flags). A record of an older lnrepro has no host: its CPU model, flags, peak and key are
+    empty (its device still names the CPU)."""
+    rows = []
+    for sr in results.seeds:
+        for job, entries in _unit_hosts(sr).items():
+            for e in entries:
+                ident = e["identity"] or {}
+                rows.append({
+                    "run": sr.run, "seed": sr.seed, "job": job, "machine": e["machine"], "device": e["device"],
+                    "cpu_model": ident.get("cpu_model", ""),
+                    "cpu_flags": ("+".join(ident.get("cpu_flags") or []) or "none") if ident else "",
+                    "threads": ident.get("threads", e["threads"]), "matmul_gflops": _num(ident.get("matmul_gflops")),
+                    "host_key": host_key(ident) if ident else "", "git_commit": e["git_commit"] or "",
+                    "git_dirty": e["git_dirty"]})
+    return pd.DataFrame(rows, columns=HOST_COLUMNS)
 
 
 def summary_table(results: Results) -> pd.DataFrame:
@@ -558,6 +631,7 @@ class Aggregate:
     execution: dict[str, dict[str, Any]]  # per run: where its seeds ran (execution_facts)
     divergence: pd.DataFrame      # per run
     wallclock: pd.DataFrame       # per (run, seed)
+    hosts: pd.DataFrame           # per (run, seed, job): where each job ran (host_table)
     cost_spread: pd.DataFrame     # per run: its seeds' wall-clock and CPU per update, smallest and largest
     milestones: pd.DataFrame      # per run
     convergence: pd.DataFrame     # per run: the validation NLL's slope at the end (convergence_table)
@@ -582,7 +656,7 @@ def aggregate(results: Results, experiment: Experiment) -> Aggregate:
         epochs=epochs, run_epochs=run_epochs, summaries=summary_table(results),
         execution=execution_facts(results, experiment),
         divergence=divergence_table(results, experiment, epochs),
-        wallclock=wallclock, cost_spread=cost_spread(wallclock),
+        wallclock=wallclock, hosts=host_table(results), cost_spread=cost_spread(wallclock),
         milestones=milestone_table(run_epochs, split, last=experiment.common_last(experiment.select)),
         convergence=convergence_table(epochs, experiment, split, experiment.analysis.report.convergence_window,
                                       experiment.analysis.report.convergence_tolerance),

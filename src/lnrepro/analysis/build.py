@@ -56,7 +56,7 @@ class ReportData:
         a, s = self.agg, self.study
         return {
             "epochs": a.epochs, "run_epochs": a.run_epochs, "divergence": a.divergence, "wallclock": a.wallclock,
-            "cost_spread": a.cost_spread,
+            "hosts": a.hosts, "cost_spread": a.cost_spread,
             "milestones": a.milestones, "convergence": a.convergence, "train_curves": a.curves,
             "grad_norms_early": a.layers_early, "grad_norms_by_epoch": a.layers_by_epoch,
             "scores_long": s.scores_long, "runs": s.run_facts, "budgets": s.budget_table, "cells": s.cells,

@@ -9,6 +9,12 @@ threads) confounds a comparison too when it differs. Figure 4 of Xiong et al. ch
 the schedule (warm-up, decay): the table says so, and names the controlled comparisons that separate them.
 A setting is named by its key whatever it is, the optimizer too (``optim.name``).
 
+The host (``lnrepro.host.host_key``: the CPU's vector and matrix extensions and the threads) confounds cost, not
+quality: a comparison whose units trained (or were scored) on hosts of different keys has its cost (CPU time,
+wall-clock, time to quality in seconds, quality at equal CPU time, tokens per second) flagged as confounded by
+the host (``cost_confounds``), while its verdict, the comparison of quality per epoch and per update, stays as
+it is. Such cost compares within a host, or in updates and epochs (``HOST_FREE_UNIT``).
+
 ``model.norm`` is more than the norm position when a variant changes other things too (``NormVariant.differences``
 in ``lnrepro.norms``: parameters, residual scaling, initialization, LayerNorms removed). Wherever the runs' norm
 variants differ, the comparison names what they differ in beside it, from the registry: the union of the
@@ -42,13 +48,20 @@ EXECUTION_FACTS: dict[str, str] = {"seeds": "the seeds trained", "device": "the 
                                    "torch": "the torch version", "threads": "the thread count"}
 # An execution fact that repeats a config key: when the key is listed, the fact is not listed again.
 FACT_MIRRORS: dict[str, str] = {"precision": "train.precision"}
+# The hosts of a run's units (``execution_facts``: their host keys) and how a sentence names them: they confound
+# the comparison's cost only, whose measures COST_MEASURES names; HOST_FREE_UNIT is how cost compares across hosts.
+COST_FACTS: dict[str, str] = {"train_hosts": "the training hosts", "score_hosts": "the scoring hosts"}
+COST_MEASURES = ("CPU time, wall-clock, time to quality in seconds, quality at equal CPU time and tokens per "
+                 "second")
+HOST_FREE_UNIT = "updates and epochs"
 
 TIME_NOTE = (
     "Comparing checkpoints is not comparing time: checkpoint k of every run is k epochs of updates, "
     "but runs can differ in cost per update, and evaluation happens only at epoch boundaries. "
     "The report therefore also plots validation loss and BLEU against the CPU-seconds of training "
     "(summed over attempts, from the epoch manifests; wall-clock moves with what else runs on the machine), "
-    "measured on the hardware listed under 'Where it ran'."
+    "measured on the hardware listed under 'Where it ran'. Cost compares only within a host (its CPU flags and "
+    f"threads): across hosts the table flags it (cost confounds) and {HOST_FREE_UNIT} are the unit."
 )
 
 
@@ -106,6 +119,8 @@ class ComparisonResult:
     # what the runs' norm variants change beside the norm position, when model.norm differs: one
     # {"variant", "kind", "what"} per registered Difference (NormVariant.differences)
     variant_differences: list[dict[str, str]] = field(default_factory=list)
+    cost_confounds: list[str] = field(default_factory=list)  # names of COST_FACTS whose host keys differ
+    cost_values: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # fact -> run -> its host keys
     notes: list[str] = field(default_factory=list)                # e.g. "no spread: one seed" (not confounds)
     reason: str = ""
     sentence: str = ""
@@ -162,6 +177,18 @@ def _differing_facts(runs: list[str], execution: dict[str, dict[str, Any]]) -> d
     return out
 
 
+def _differing_hosts(runs: list[str], execution: dict[str, dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
+    """fact -> run -> host keys for every ``COST_FACTS`` under which the runs' units ran on more than one host
+    key (across runs, or among the seeds of one run: its mean cost then mixes hosts). A unit whose records
+    name no host (an older lnrepro's) is not evidence of a difference."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for fact in COST_FACTS:
+        values = {r: sorted(execution.get(r, {}).get(fact) or []) for r in runs}
+        if len({k for v in values.values() for k in v}) > 1:
+            out[fact] = values
+    return out
+
+
 def _seed_notes(runs: list[str], execution: dict[str, dict[str, Any]]) -> list[str]:
     """What the seed counts allow: no spread from one seed, nothing yet from none."""
     fewest = min(len(execution.get(r, {}).get("seeds") or []) for r in runs)
@@ -183,6 +210,8 @@ def _compare(res: ComparisonResult, settings: list[RunSettings], execution: dict
     facts = _differing_facts(runs, execution)
     res.execution_values = {k: v for k, v in facts.items() if FACT_MIRRORS.get(k) not in listed}
     res.execution_confounds = list(res.execution_values)
+    res.cost_values = _differing_hosts(runs, execution)
+    res.cost_confounds = list(res.cost_values)
     res.notes = _seed_notes(runs, execution)
     if NORM_KEY in acting:
         norms = [str(f.get(NORM_KEY)) for f in flat]
@@ -196,14 +225,23 @@ def _compare(res: ComparisonResult, settings: list[RunSettings], execution: dict
 
 def _sentence(res: ComparisonResult, controlled: dict[str, list[str]]) -> str:
     """The plain-language verdict, then what the norm variants differ in beside the norm position when they
-    differ."""
-    verdict = _verdict_sentence(res, controlled)
-    if not res.variant_differences:
-        return verdict
-    norms = list(res.factor_values.values()) if res.factor_key == NORM_KEY else \
-        list(res.confound_values.get(NORM_KEY, {}).values())
-    diffs = [(d["variant"], Difference(d["kind"], d["what"])) for d in res.variant_differences]
-    return f"{verdict} {NORM_KEY} is not the norm position alone: {variant_sentence(norms, diffs)}."
+    differ, then whether its cost is confounded by the host."""
+    sentence = _verdict_sentence(res, controlled)
+    if res.variant_differences:
+        norms = list(res.factor_values.values()) if res.factor_key == NORM_KEY else \
+            list(res.confound_values.get(NORM_KEY, {}).values())
+        diffs = [(d["variant"], Difference(d["kind"], d["what"])) for d in res.variant_differences]
+        sentence += f" {NORM_KEY} is not the norm position alone: {variant_sentence(norms, diffs)}."
+    return f"{sentence} {_cost_sentence(res)}" if res.cost_confounds else sentence
+
+
+def _cost_sentence(res: ComparisonResult) -> str:
+    """Its cost is confounded by the host: which hosts differ (each run's host keys), and the unit cost compares
+    in instead."""
+    differ = [f"{COST_FACTS[f]} differ (" + "; ".join(f"{r}: {' and '.join(k) or 'unknown'}" for r, k in v.items())
+              + ")" for f, v in res.cost_values.items()]
+    return (f"Its cost ({COST_MEASURES}) is confounded by the host: {_and(differ)}; compare its cost within a host "
+            f"or in {HOST_FREE_UNIT} (its quality per epoch and per update is compared as above).")
 
 
 def _verdict_sentence(res: ComparisonResult, controlled: dict[str, list[str]]) -> str:
@@ -233,9 +271,10 @@ def analyze_confounds(experiment: Experiment, execution: Mapping[str, dict[str, 
                       extra: Mapping[str, Comparison] | None = None) -> dict[str, Any]:
     """Confound analysis of every comparison of ``experiment``, then of ``extra`` (the tuned pairs).
 
-    ``execution`` (optional; run -> {"seeds": [int], "device", "precision", "torch", "threads": str}, as
-    ``aggregate.execution_facts`` reads them) adds the execution facts that differ as confounds; without it
-    the seeds are the experiment's. Returns {"comparisons": [ComparisonResult as dict], "skipped": [names],
+    ``execution`` (optional; run -> {"seeds": [int], "device", "precision", "torch", "threads": str,
+    "train_hosts", "score_hosts": [host key]}, as ``aggregate.execution_facts`` reads them) adds the execution
+    facts that differ as confounds and the hosts that differ as cost confounds; without it the seeds are the
+    experiment's. Returns {"comparisons": [ComparisonResult as dict], "skipped": [names],
     "time_note": str}."""
     if execution is None:  # nothing known of where they ran: every run has the experiment's seeds
         execution = {r: {"seeds": list(experiment.seeds)} for r in experiment.runs}
@@ -282,7 +321,10 @@ def confounds_rows(result: dict[str, Any]) -> list[dict[str, str]]:
             "also differs (confounds)": ", ".join(c["confounds"]),
             "execution confounds": ", ".join(c["execution_confounds"]),
             "values": "; ".join(f"{k} ({_fmt_values(v)})" for k, v in differ.items()),
-            "notes": "; ".join(c["notes"]), "claim": c["claim"],
+            "notes": "; ".join(c["notes"]),
+            "cost confounds": "; ".join(f"{COST_FACTS[f]} ({_fmt_values({r: ' and '.join(k) for r, k in v.items()})})"
+                                        for f, v in c.get("cost_values", {}).items()),
+            "claim": c["claim"],
         })
     return rows
 
@@ -300,7 +342,9 @@ def confounds_markdown(result: dict[str, Any]) -> str:
              "inert in a run left out), split into the studied factor and everything else (the confounds), "
              "and the execution facts (seeds trained, device, precision, torch version, threads) that differ; "
              "where the norm variants differ, what they change beside the norm position (the registry's "
-             "differences).", "",
+             f"differences); and the hosts (CPU flags and threads) that differ, which confound cost ({COST_MEASURES}) "
+             f"but not quality per epoch or per update: such cost compares within a host or in {HOST_FREE_UNIT}.",
+             "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(_md_cell(row[k]) for k in cols) + " |" for row in rows]
     lines += ["", "## In words", ""]

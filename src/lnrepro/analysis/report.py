@@ -242,7 +242,8 @@ def _stability(page: Page) -> dict[str, Any]:
 def _wallclock(page: Page) -> dict[str, Any]:
     agg = page.data.agg
     return {"wallclock": agg.wallclock, "cost_spread": agg.cost_spread,
-            "spread_sentence": ag.cost_spread_sentence(agg.cost_spread)}
+            "spread_sentence": ag.cost_spread_sentence(agg.cost_spread),
+            "host_sentence": ag.host_sentence(agg.hosts)}
 
 
 def _after_warmup_text(page: Page) -> str:
@@ -296,7 +297,7 @@ def _assumptions(page: Page) -> dict[str, Any]:
 
 
 def _where(page: Page) -> dict[str, Any]:
-    return {"training": page.data.agg.wallclock[["run", "seed", "host", "device", "threads", "precision"]]}
+    return {"hosts": vw.hosts_view(page.data.agg.hosts)}
 
 
 def _files(page: Page) -> dict[str, Any]:

@@ -252,3 +252,12 @@ def depth_rates_view(rates: pd.DataFrame, budget: str) -> pd.DataFrame:
         "divergence [Wilson 95%]": [f"{interval_cell(r.divergence_rate, r.divergence_low, r.divergence_high)} "
                                     f"({r.n_diverged}/{r.n_with_fate})" for r in at.itertuples()],
         "best run at this depth": at["best_run_at_depth"], "run": at["run"]}).reset_index(drop=True)
+
+
+def hosts_view(hosts: pd.DataFrame) -> pd.DataFrame:
+    """tables/hosts.csv on the page: a row per unit (run, seed) and job, the commit shortened to 12 digits and
+    marked "+ changes" where its checkout had uncommitted changes."""
+    commit = [(c[:12] + (" + changes" if d is True else "")) if c else "" for c, d in
+              zip(hosts["git_commit"], hosts["git_dirty"])]
+    return hosts.drop(columns=["host_key", "git_commit", "git_dirty"]).assign(commit=commit).rename(
+        columns={"cpu_model": "CPU model", "cpu_flags": "CPU flags", "matmul_gflops": "fp32 matmul GFLOP/s"})

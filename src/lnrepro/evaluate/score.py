@@ -30,8 +30,9 @@ import torch
 
 from ..config.settings import VALID, ScoreSettings, SplitDecoding
 from ..errors import LnReproError
-from ..io import (atomic_write_lines, cpu_name, file_sha256, process_cpu_s, process_wall_s, read_json, read_lines,
-                  where_ran)
+from ..host import host_identity
+from ..io import (atomic_write_lines, cpu_name, file_sha256, git_commit, process_cpu_s, process_wall_s, read_json,
+                  read_lines, where_ran)
 from ..memory import keep_freed_memory
 from ..paths import EXPERIMENT_JSON, RunFolder
 from ..precision import autocast
@@ -264,6 +265,8 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
     check_slice(eval_json, eval_sha256)
     torch.set_num_threads(max(1, int(threads)))
     keep_freed_memory()
+    host = host_identity(max(1, int(threads)))  # a matmul of its own: no RNG or model touched
+    commit, dirty = git_commit()
     settings = ScoreSettings.read(eval_json)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
@@ -286,7 +289,8 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
             "weights": m.weights, "weights_sha256": m.sha256, "manifest": str(manifest),
             "decode": decode, "label_smoothing": settings.label_smoothing, "threads": int(threads),
             "torch": torch.__version__,
-            "where_ran": where_ran(dev_name), "job_checkpoints": n,
+            "where_ran": where_ran(dev_name), "job_checkpoints": n, "host": host, "git_commit": commit,
+            "git_dirty": dirty,
         }
 
         def cost() -> dict[str, float]:

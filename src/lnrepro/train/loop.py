@@ -20,7 +20,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,9 @@ from tqdm import tqdm
 
 from ..errors import LnReproError
 from ..config import RunConfig
-from ..io import atomic_torch_save, cpu_name, file_sha256, finite_json, process_cpu_s, where_ran
+from ..host import host_identity
+from ..io import (atomic_torch_save, cpu_name, file_sha256, finite_json, git_commit, process_cpu_s,
+                  where_ran)
 from ..memory import keep_freed_memory
 from ..model import Transformer, weights_blob
 from ..paths import EXPERIMENT_JSON, RunFolder
@@ -78,19 +79,6 @@ def resolve_device(name: str) -> torch.device:
 
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-
-
-def git_commit() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the repository holding this package, or (None, None) outside a git checkout."""
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip() != ""
-        return commit or None, dirty
-    except (OSError, subprocess.SubprocessError):
-        return None, None
 
 
 def training_inputs(bpe_dir: Path) -> list[Path]:
@@ -152,6 +140,7 @@ class _Trainer:
         with contextlib.suppress(RuntimeError):  # only settable before any inter-op work started
             torch.set_num_interop_threads(1)
         keep_freed_memory()
+        self.host = host_identity(threads)  # before any work: a matmul of its own, no RNG or model touched
         self.device = resolve_device(self.train.device)
 
         self.mcfg = cfg.model.model_config(vocab_size(self.bpe_dir / "spm.model"))
@@ -202,7 +191,7 @@ class _Trainer:
         self._say_execution_changes()
         self.log.write({"kind": "attempt", "attempt": self.attempt, "resumed_update": self.update,
                         "resumed_epoch": self.epoch, "resumed_pos": self.pos,
-                        "resumed_from": self.state_dir.resumed_from, "execution": self.execution,
+                        "resumed_from": self.state_dir.resumed_from, "execution": self.execution, "host": self.host,
                         "startup_s": time.time() - self.t_start, "wall_s": time.time() - self.t_start,
                         "time": time.time()})
 
@@ -359,7 +348,7 @@ class _Trainer:
             optimizer=optimizer_of(self.cfg.optim).implementation,
             optimizer_settings=optimizer_settings(self.cfg.optim), train_pairs=self.num_pairs,
             batches_per_epoch=len(self.batches), source_lang=SRC_LANG, target_lang=TGT_LANG,
-            git_commit=commit, git_dirty=dirty, attempts=self.attempt, where_ran=ran,
+            git_commit=commit, git_dirty=dirty, attempts=self.attempt, where_ran=ran, host=self.host,
             executions=[{"attempt": r["attempt"], "resumed_update": r["resumed_update"], **r["execution"]}
                         for r in records if r.get("kind") == "attempt" and "execution" in r],
         ).text().encode()
