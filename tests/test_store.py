@@ -23,9 +23,9 @@ TWO_SEEDS = "seeds: [1, 2]\nanalysis: {gradinit: {after_warmup_run: null}}\n"
 LAYERS = (*DEMO_PAIR, "two_seeds.yaml")
 P = Paths("demo")
 # What the report derives from time or from where a unit ran, which differs between any two runs of the same units:
-# the columns of wall-clock, CPU seconds, tokens per second, the host and its measured matmul peak, and the rows of quality at equal training
-# CPU time (a budget labelled "training CPU N s", the CPU time to a target); and git_dirty, which this test sets
-# false in the parts' records (hosts.csv).
+# the columns of wall-clock, CPU seconds, tokens per second, the host and its measured matmul peak, and the rows
+# of quality at equal training CPU time (a budget labelled "training CPU N s", the CPU time to a target); and
+# git_dirty, which this test sets false in the parts' records (hosts.csv).
 TIME_COLUMNS = re.compile(r"wall|cpu|tokens_per_s|s_per_update|spread|host|gflops|git_dirty")
 TIME_ROWS = re.compile(r"training CPU|cpu_s|wall_s")
 

@@ -3,14 +3,14 @@
 The units are every selected run x seed of the store's ``experiment.json``; those ``store.json`` does not hold
 are missing. A missing unit costs its training updates (batches per epoch of a stored unit trained with the same
 ``max_tokens``, times its epochs) times this host's training CPU-seconds per update. That rate is **measured**
-where the store holds units trained on this host (``lnrepro.host.host_key``: the CPU flags and threads of run.json's
-``host``; the median over the run's own stored units, else over all of them), and **estimated** from the other
-hosts' units otherwise (their CPU flags or threads differ, or were not recorded); with no unit stored the cost is unknown. Scoring is not
-counted. A part takes whole seeds first (every run of one seed on one host keeps each per-seed comparison within
-a host), then single units of the next seed, while its training CPU-seconds fit the given minutes on the given
-cores; Snakemake schedules its jobs. Its targets are one score file of each of the units' scoring jobs (a job
-writes all its group's score files), the part's ``experiment.json`` (which publish reads) and, while the store
-lacks them, the gradient-at-initialization tables.
+where the store holds units trained on this host (``lnrepro.host.host_key``: the CPU flags and threads of
+run.json's ``host``; the median over the run's own stored units, else over all of them), and **estimated** from
+the other hosts' units otherwise (their CPU flags or threads differ, or were not recorded); with no unit stored
+the cost is unknown. Scoring is not counted. A part takes whole seeds first (every run of one seed on one host
+keeps each per-seed comparison within a host), then single units of the next seed, while its training
+CPU-seconds fit the given minutes on the given cores; Snakemake schedules its jobs. Its targets are one score
+file of each of the units' scoring jobs (a job writes all its group's score files), the part's
+``experiment.json`` (which publish reads) and, while the store lacks them, the gradient-at-initialization tables.
 """
 
 from __future__ import annotations
