@@ -277,3 +277,29 @@ def test_a_publish_failing_between_units_leaves_the_store_as_it_was(parts: dict[
     monkeypatch.setattr(store, "_add_unit", add)
     rc, out = _publish(parts["one"], store_dir, results=results, capsys=capsys)
     assert rc == 0 and "added 2, kept 0" in out
+
+
+def test_a_grid_extension_grows_the_study_and_nothing_else_does(tmp_path: Path) -> None:
+    """The study's settings may grow by a value recorded under a grid's extended: (its run added); another value
+    of a setting, or a grid value added without being recorded as an extension, is another study."""
+    import yaml
+
+    from conftest import REPO
+    from lnrepro.config import experiment, load_config
+
+    def resolved(layer: dict) -> dict:
+        path = tmp_path / "layer.yaml"
+        path.write_text(yaml.safe_dump(layer))
+        exp = experiment(load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml", path]))
+        return json.loads(json_text(exp.to_dict()))
+
+    study = resolved({})
+    values = {"optim.lr_max": [1.5e-3, 6.0e-3, 1.2e-2], "schedule.warmup_updates": [140]}
+    grown = resolved({"grids": {"tune_postln": {"values": values, "extended": {"optim.lr_max": [1.2e-2]}}}})
+    assert set(grown["runs"]) - set(study["runs"]) == {"postln_warmup_isqrt__lr_max=1.2e-2__warmup_updates=140"}
+    assert store._grown_by_extension(study, grown)
+    assert not store._grown_by_extension(grown, study)
+    unrecorded = json.loads(json.dumps(grown))
+    unrecorded["grids"]["tune_postln"]["extended"] = {}
+    assert not store._grown_by_extension(study, unrecorded)
+    assert not store._grown_by_extension(study, resolved({"defaults": {"optim": {"lr_max": 1.0e-3}}}))
