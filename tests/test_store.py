@@ -303,3 +303,23 @@ def test_a_grid_extension_grows_the_study_and_nothing_else_does(tmp_path: Path) 
     unrecorded["grids"]["tune_postln"]["extended"] = {}
     assert not store._grown_by_extension(study, unrecorded)
     assert not store._grown_by_extension(study, resolved({"defaults": {"optim": {"lr_max": 1.0e-3}}}))
+
+
+def test_bleu_recomputed_from_the_stored_hypotheses(parts: dict[str, Path]) -> None:
+    """docs/running.md's command: sacrebleu over a stored hypothesis file against the reference the data stages
+    rebuild (its digest the store's) gives the score file's tokenized BLEU."""
+    import subprocess
+    import sys
+
+    from lnrepro.io import file_sha256
+
+    store_dir, reference = parts["store"], parts["two"] / P.root / "data" / "prepared" / "test.en"
+    assert file_sha256(reference) == json.loads((store_dir / "store.json").read_text())["study"][
+        "data/prepared/test.en"]
+    run_dir = store_dir / "runs" / "postln_warmup_isqrt" / "seed2" / "eval"
+    sacrebleu = Path(sys.executable).parent / "sacrebleu"
+    command = (f"zcat {run_dir / 'epoch002.test.hyp.gz'} | {sacrebleu} {reference} --tokenize none --force -b "
+               "-w 6")
+    score = float(subprocess.run(command, shell=True, check=True, capture_output=True, text=True).stdout)
+    recorded = json.loads((run_dir / "epoch002.json").read_text())["splits"]["test"]["bleu_tok"]
+    assert score == pytest.approx(recorded, abs=1e-6)
