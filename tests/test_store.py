@@ -323,3 +323,12 @@ def test_bleu_recomputed_from_the_stored_hypotheses(parts: dict[str, Path]) -> N
     score = float(subprocess.run(command, shell=True, check=True, capture_output=True, text=True).stdout)
     recorded = json.loads((run_dir / "epoch002.json").read_text())["splits"]["test"]["bleu_tok"]
     assert score == pytest.approx(recorded, abs=1e-6)
+
+
+def test_a_partly_scored_unit_is_named_and_left_out(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """Part two with one score file missing: the other unit is added, this one named and left out."""
+    results = _results_copy(parts["two"], tmp_path)
+    (results / "runs" / "preln_nowarmup_step8" / "seed2" / "eval" / "epoch002.json").unlink()
+    rc, out = _publish(parts["one"], _store_copy(parts, tmp_path), results=results, capsys=capsys)
+    assert rc == 0 and "added 1, kept 0 (already stored, same identity), left out 1" in out
+    assert "left out preln_nowarmup_step8 seed 2: unfinished or partly scored: no eval/epoch002.json" in out
