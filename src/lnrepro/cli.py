@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from .argtypes import count, sha256_hex, size
 from .device import DEFAULT_DEVICE, DEVICES
 from .errors import LnReproError
-from .paths import DOWNLOADS, PUBLISHED_REPORTS
+from .paths import DOWNLOADS, EXPERIMENT_JSON, PUBLISHED_REPORTS
 
 
 def _download(a: argparse.Namespace) -> None:
@@ -86,7 +87,26 @@ def _report(a: argparse.Namespace) -> None:
     from .analysis.report import make_report
     from .config import Experiment
 
+    if a.store:  # a store is laid out as results/{exp}/: its experiment.json, its report/ folder
+        a.exp_dir, a.experiment, a.out = a.store, a.store / EXPERIMENT_JSON, a.store / "report"
+    elif not (a.exp_dir and a.experiment and a.out):
+        raise LnReproError("name --store, or --exp-dir, --experiment and --out")
     print(make_report(a.exp_dir, Experiment.read(a.experiment), a.out))
+
+
+def _publish(a: argparse.Namespace) -> None:
+    if a.status:
+        from .store_status import report, status
+
+        if len(a.folders) != 1:
+            raise LnReproError("--status takes one folder: the store")
+        print(report(status(a.folders[0], a.threads), a.minutes, a.cores), end="")
+        return
+    from .store import publish
+
+    if len(a.folders) != 2:
+        raise LnReproError("name the results tree and the store: lnrepro publish results/{name} published/{name}")
+    print(publish(a.folders[0], a.folders[1], a.configfile).text(a.folders[1]), end="")
 
 
 def _readme_results(a: argparse.Namespace) -> None:
@@ -190,10 +210,27 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_gradinit)
 
     r = sub.add_parser("report", help="write the HTML report, figures, tables and confounds")
-    r.add_argument("--experiment", type=Path, required=True, help="experiment.json")
-    r.add_argument("--exp-dir", type=Path, required=True, help="results/{exp}")
-    r.add_argument("--out", type=Path, required=True, help="the report folder")
+    r.add_argument("--experiment", type=Path, help="experiment.json")
+    r.add_argument("--exp-dir", type=Path, help="results/{exp}")
+    r.add_argument("--out", type=Path, help="the report folder")
+    r.add_argument("--store", type=Path,
+                   help="instead: a study's store (published/{exp}); the report is written to its report/ folder")
     r.set_defaults(func=_report)
+
+    pu = sub.add_parser("publish", help="add a part's finished units to a study's store, or (--status) say what "
+                                        "the store lacks and the snakemake command of a part")
+    pu.add_argument("folders", type=Path, nargs="+", metavar="FOLDER",
+                    help="RESULTS_DIR STORE_DIR (results/{exp} published/{exp}); with --status: STORE_DIR")
+    pu.add_argument("--configfile", nargs="+", metavar="FILE",
+                    help="the --configfile layers the part was run with, merged over ./config.yaml (required for a "
+                         "new store and for a part that extends a grid); the store keeps the merge as study.yaml")
+    pu.add_argument("--status", action="store_true", help="list the units stored and missing, and a part's command")
+    pu.add_argument("--minutes", type=float, help="with --status: the part's time on this machine")
+    pu.add_argument("--cores", type=count, default=os.cpu_count() or 1,
+                    help="with --status: the cores the part runs on (default: this machine's)")
+    pu.add_argument("--threads", type=count,
+                    help="with --status: threads per training job (default: the study's resources.train_run)")
+    pu.set_defaults(func=_publish)
 
     rr = sub.add_parser("readme-results", help="write one generated results part of README.md from a published report")
     rr.add_argument("--part", choices=list(PUBLISHED_REPORTS), default="study",

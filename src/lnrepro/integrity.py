@@ -32,7 +32,7 @@ import pandas as pd
 
 from .config.settings import Experiment
 from .errors import LnReproError
-from .io import file_sha256, read_json
+from .io import file_sha256, open_text, read_json, text_exists
 from .norms import NORMS
 from .paths import RunFolder
 from .records import CheckpointScores, EpochManifest, Record, RunStatus, RunSummary
@@ -115,7 +115,7 @@ def read_train_log(path: str | Path) -> TrainLog:
     lrs: dict[int, float] = {}
     epochs: dict[int, dict[str, Any]] = {}
     finished = None
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:  # a store's train.jsonl.gz where the plain file is absent
         for i, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -223,7 +223,7 @@ def _check_log(folder: RunFolder, s: RunSummary, run: str, experiment: Experimen
     record, the last logged update and the finished record at the summary's updates."""
     path = Path(folder.train_jsonl)
     way_out = _rewrite_outputs(path, experiment, run)
-    if not path.is_file():
+    if not text_exists(path):
         raise LnReproError(f"{path}: missing, though {folder.summary} says the training ended: {way_out}")
     try:
         log = read_train_log(path)

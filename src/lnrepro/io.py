@@ -189,6 +189,33 @@ def read_json(path: str | os.PathLike) -> Any:
         raise LnReproError(f"{path}: not valid JSON ({e})") from e
 
 
+GZ = ".gz"  # a record stored compressed (a store's logs and hypotheses) is its file's name plus this
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """``data`` gzip-compressed with no file name and modification time 0, so equal data give equal bytes."""
+    import gzip
+
+    return gzip.compress(data, compresslevel=9, mtime=0)
+
+
+def open_text(path: str | os.PathLike) -> io.TextIOBase:
+    """Open a UTF-8 text file for reading: ``path`` itself, or ``path.gz`` where only the compressed copy exists
+    (a store keeps logs and hypotheses gzipped). Every reader of such a file opens it here."""
+    import gzip
+
+    path = Path(path)
+    if not path.exists() and path.with_name(path.name + GZ).exists():
+        return gzip.open(path.with_name(path.name + GZ), "rt", encoding="utf-8")  # type: ignore[return-value]
+    return open(path, encoding="utf-8")
+
+
+def text_exists(path: str | os.PathLike) -> bool:
+    """Whether ``open_text`` finds ``path`` (itself or its ``.gz``)."""
+    path = Path(path)
+    return path.exists() or path.with_name(path.name + GZ).exists()
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
     """Lines of a UTF-8 text file without their newlines."""
     with open(path, encoding="utf-8") as f:

@@ -29,6 +29,14 @@ MAX_NAME = 255 - NAME_ROOM
 # (lnrepro.analysis.readme_results.PARTS).
 PUBLISHED_REPORTS = {"study": "published/study-cpu", "endpoint": "published/endpoint-cpu",
                      "depth": "published/depth-cpu"}
+# A study's store (lnrepro.store): its records, laid out as results/{exp}/ is, plus these two files.
+STORE_INDEX = "store.json"  # what the store holds: study-level digests and each unit's files (written last)
+STORE_CONFIG = "study.yaml"  # the merged config the store's study resolves from (a --configfile for its parts)
+
+
+def store_dir(exp: str) -> str:
+    """The store of study ``exp``: ``published/{exp}``."""
+    return f"published/{exp}"
 
 
 def prepared_texts(folder: str) -> list[str]:

@@ -6,7 +6,8 @@ the one list), ``confounds.md``, ``answer.md`` (the Answer's sentences), ``figur
 (``results.read_results``) and every table computed once (``build.build``); this module only renders, through
 Jinja2 templates with autoescaping (``templates/``). Optional inputs (gradinit.csv, training logs, evaluations
 not yet run) only change what a section says; they never make the report fail. Diverged runs and epochs are shown
-as "diverged".
+as "diverged". The page is a function of the records alone (no date, no host of its own), so a store's report
+rebuilt anywhere has the same bytes; a study not yet finished says so first ("k of n units; missing: ...").
 
 ``SECTIONS`` lists the page's sections in order (the table of contents comes from it too): each is an anchor, a
 heading and a function of the page that gives its template (``templates/sections/{anchor}.html.j2``) the
@@ -20,7 +21,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,7 +29,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from ..config.settings import Experiment
-from ..io import atomic_directory, atomic_write_csv, atomic_write_text, where_ran
+from ..io import atomic_directory, atomic_write_csv, atomic_write_text
 from ..norms import NORMS
 from ..paper import DEVIATIONS
 from ..paths import ANSWER_MD
@@ -84,6 +84,7 @@ class Page:
     out_dir: Path
     tables: dict[str, Path]  # name -> tables/{name}.csv
     figures: dict[str, Path]  # key of FIGURES -> figures/*.png
+    unfinished: tuple[str, ...] = ()  # units not finished and fully scored (results.Results.unfinished)
 
     @property
     def experiment(self) -> Experiment:
@@ -297,7 +298,7 @@ def _assumptions(page: Page) -> dict[str, Any]:
 
 
 def _where(page: Page) -> dict[str, Any]:
-    return {"hosts": vw.hosts_view(page.data.agg.hosts), "me": where_ran()}
+    return {"hosts": vw.hosts_view(page.data.agg.hosts)}
 
 
 def _files(page: Page) -> dict[str, Any]:
@@ -347,9 +348,9 @@ def render(page: Page) -> str:
     sections = [{"anchor": anchor, "heading": heading, "lead": anchor in LEAD, "body": Markup(
                     env.get_template(f"sections/{anchor}.html.j2").render(data=page.data, **values))}
                 for anchor, heading, values in shown]
+    units = sum(len(page.experiment.seeds_of(run)) for run in page.experiment.select)
     return env.get_template("index.html.j2").render(
-        name=page.experiment.name, sections=sections,
-        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+        name=page.experiment.name, sections=sections, unfinished=page.unfinished, units=units)
 
 
 def make_report(exp_dir: Path, experiment: Experiment, out_dir: Path) -> Path:
@@ -358,11 +359,13 @@ def make_report(exp_dir: Path, experiment: Experiment, out_dir: Path) -> Path:
     whole (``io.atomic_directory``): a failure leaves the previous report as it was, tables included (under
     Snakemake, which deletes the declared page and figures first, the tables stay wholly the old ones)."""
     out_dir = Path(out_dir)
-    data = build(read_results(exp_dir, experiment), experiment)
+    results = read_results(exp_dir, experiment)
+    data = build(results, experiment)
     with atomic_directory(out_dir) as staging:
         tables = {name: atomic_write_csv(staging / "tables" / f"{name}.csv", df) for name, df in data.tables().items()}
         write_confounds(data.confounds, staging / "confounds.md")
         atomic_write_text(staging / ANSWER_MD, answer_markdown(data))
-        page = Page(data, staging, tables, make_figures(data, staging / "figures"))
+        page = Page(data, staging, tables, make_figures(data, staging / "figures"),
+                    tuple(results.unfinished(experiment)))
         atomic_write_text(staging / "index.html", render(page))
     return out_dir / "index.html"

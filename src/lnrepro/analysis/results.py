@@ -22,7 +22,7 @@ import pandas as pd
 from ..config.settings import Experiment
 from ..errors import LnReproError
 from ..integrity import check_gradinit, check_gradinit_fit, check_run, read_train_log, rewrite
-from ..io import read_json
+from ..io import read_json, text_exists
 from ..paths import Paths
 from ..records import CheckpointScores, EpochManifest, Record, RunSummary
 from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
@@ -55,6 +55,16 @@ class Results:
     gradinit: pd.DataFrame | None  # analysis/gradinit.csv (+ gradinit_after_warmup.csv); None when not computed
     gradinit_fit: pd.DataFrame | None  # analysis/gradinit_fit.csv
     gradinit_missing: str  # why gradinit is None ("" when it is not)
+
+    def unfinished(self, experiment: Experiment) -> list[str]:
+        """The units (run and seed) not finished and fully scored: no summary.json, or a score file of a scored
+        epoch absent; a study published in parts is incomplete until every unit is stored."""
+        def scored(run: str) -> set[int]:
+            last = experiment.last_of(run)
+            return {ep for epochs in experiment.eval.groups(last).values() for ep in epochs}
+
+        return [f"{s.run} seed {s.seed}" for s in self.seeds
+                if s.summary is None or any(s.scores.get(ep) is None for ep in scored(s.run))]
 
 
 def _optional_json(path: Path) -> dict[str, Any] | None:
@@ -89,7 +99,7 @@ def _read_seed(exp_dir: Path, paths: Paths, experiment: Experiment, run: str, se
     folder = local(paths.run_dir(run, seed))
     check_run(folder, run, seed, experiment=experiment)
     n = experiment.last_of(run)
-    log = read_train_log(folder / "train.jsonl") if (folder / "train.jsonl").exists() else None
+    log = read_train_log(folder / "train.jsonl") if text_exists(folder / "train.jsonl") else None
     return SeedResults(
         run=run, seed=seed, epochs=n,
         manifests={ep: _optional_record(EpochManifest, local(paths.epoch_manifest(run, seed, f"{ep:03d}")))

@@ -1,0 +1,207 @@
+"""What a study's store lacks, and the ``snakemake`` command of a part that fits a time on this machine.
+
+The units are every selected run x seed of the store's ``experiment.json``; those ``store.json`` does not hold
+are missing. A missing unit costs its training updates (batches per epoch of a stored unit trained with the same
+``max_tokens``, times its epochs) times this host's training CPU-seconds per update. That rate is **measured**
+where the store holds units trained on this host (``lnrepro.host.host_key``: the CPU flags and threads of
+run.json's ``host``; the median over the run's own stored units, else over all of them), and **estimated** from
+the other hosts' units otherwise (their CPU flags or threads differ, or were not recorded); with no unit stored
+the cost is unknown. Scoring is not counted. A part takes whole seeds first (every run of one seed on one host
+keeps each per-seed comparison within a host), then single units of the next seed, while its training
+CPU-seconds fit the given minutes on the given cores; Snakemake schedules its jobs. Its targets are one score
+file of each of the units' scoring jobs (a job writes all its group's score files), the part's
+``experiment.json`` (which publish reads) and, while the store lacks them, the gradient-at-initialization tables.
+"""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import resources
+from .config.settings import Experiment
+from .errors import LnReproError
+from .host import cpu_flags, host_key
+from .io import read_json
+from .paths import EXPERIMENT_JSON, STORE_CONFIG, Paths
+from .records import RunRecord, RunSummary
+from .store import Index, Unit, units_of
+
+@dataclass(frozen=True)
+class StoredCost:
+    """What one stored unit's training cost: its updates, CPU-seconds and host."""
+
+    run: str
+    max_tokens: int
+    batches_per_epoch: int
+    updates: int
+    cpu_s_per_update: float | None
+    host: str | None  # lnrepro.host.host_key of its run.json's host (None: not recorded)
+
+
+@dataclass(frozen=True)
+class Status:
+    """The store's units, stored and missing, and the missing ones' cost on this host."""
+
+    store: Path
+    experiment: Experiment
+    stored: list[Unit]
+    missing: list[Unit]
+    cost_s: dict[Unit, float | None]  # training CPU-seconds of each missing unit here (None: unknown)
+    rate_words: str  # how the CPU-seconds per update were found: measured, estimated or unknown
+    gradinit_missing: list[str]  # analysis tables the store lacks, as result paths
+    commits: list[str]  # the commits the stored units were trained at
+
+
+def _stored_costs(store: Path, exp: Experiment, index: Index) -> list[StoredCost]:
+    paths, out = Paths(exp.name), []
+    for entry in index.units.values():
+        folder = store / paths.run_dir(entry["run"], entry["seed"]).removeprefix(paths.root + "/")
+        info, summary = read_json(folder / "run.json"), RunSummary.read(folder / "summary.json")
+        RunRecord.from_dict(info, str(folder / "run.json"))
+        rate = summary.train_cpu_s / summary.updates if summary.train_cpu_s and summary.updates else None
+        out.append(StoredCost(entry["run"], int(info["config"]["train"]["max_tokens"]), int(info["batches_per_epoch"]),
+                              summary.updates, rate, host_key(info["host"]) if info.get("host") else None))
+    return out
+
+
+def status(store: Path, threads: int | None = None) -> Status:
+    """The status of ``store``; this host's threads per training job default to the study's ``train_run``
+    resources (``study.yaml``)."""
+    store = Path(store)
+    index = Index.read(store)
+    if index is None:
+        raise LnReproError(f"{store}: no store there (no store.json): publish a first part with `lnrepro publish "
+                           "results/{name} " + f"{store} --configfile ...`")
+    exp = Experiment.read(store / EXPERIMENT_JSON)
+    with open(store / STORE_CONFIG, encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    threads = threads or resources(config, "train_run").threads
+    units = units_of(exp)
+    stored = [u for u in units if u.key in index.units]
+    missing = [u for u in units if u.key not in index.units]
+    costs = _stored_costs(store, exp, index)
+    here = host_key({"cpu_flags": cpu_flags(), "threads": threads})
+    same = [c for c in costs if c.host == here and c.cpu_s_per_update]
+    basis = same or [c for c in costs if c.cpu_s_per_update]
+    if same:
+        words = f"measured: {len(same)} stored unit(s) trained on this host ({here})"
+    elif basis:
+        hosts = sorted({c.host or "host not recorded" for c in basis})
+        words = (f"estimated: no stored unit was trained on this host ({here}); the median rate of {len(basis)} "
+                 f"unit(s) of {'; '.join(hosts)}")
+    else:
+        words = "unknown: no stored unit records its training CPU time"
+    cost_s = {u: _unit_cost(exp, u, basis, costs) for u in missing}
+    paths = Paths(exp.name)
+    tables = [paths.gradinit_csv, paths.gradinit_fit_csv]
+    if exp.after_warmup_run:
+        tables.append(paths.gradinit_after_warmup_csv)
+    gradinit = [t for t in tables if str(Path(t).relative_to(paths.root)) not in index.analysis]
+    commits = sorted({str(e.get("git_commit")) for e in index.units.values()})
+    return Status(store, exp, stored, missing, cost_s, words, gradinit, commits)
+
+
+def _unit_cost(exp: Experiment, unit: Unit, basis: list[StoredCost], costs: list[StoredCost]) -> float | None:
+    """Training CPU-seconds of ``unit``: its updates (from a stored unit of the same run, else batches per epoch of
+    one with the same max_tokens times its epochs) times the median rate of its run's units in ``basis``, else
+    of all of ``basis``."""
+    train = exp.runs[unit.run].train
+    own = [c for c in costs if c.run == unit.run]
+    batches = [c.batches_per_epoch for c in costs if c.max_tokens == train.max_tokens]
+    if own:
+        updates = own[0].updates
+    elif batches:
+        updates = batches[0] * train.epochs
+        updates = min(updates, train.max_updates) if train.max_updates else updates
+    else:
+        return None
+    rates = [c.cpu_s_per_update for c in basis if c.run == unit.run] or [c.cpu_s_per_update for c in basis]
+    return updates * statistics.median(rates) if rates else None
+
+
+def part(st: Status, minutes: float | None, cores: int) -> list[Unit]:
+    """The missing units of a part that fits ``minutes`` on ``cores`` (all of them without a limit): whole seeds
+    first, in seed order, then single units of the next seed; at least one unit. Units of unknown cost count
+    as fitting."""
+    if minutes is None:
+        return list(st.missing)
+    budget = minutes * 60 * cores
+    seeds = sorted({u.seed for u in st.missing})
+    chosen: list[Unit] = []
+    spent = 0.0
+    for seed in seeds:
+        units = [u for u in st.missing if u.seed == seed]
+        cost = sum(st.cost_s[u] or 0.0 for u in units)
+        if spent + cost <= budget:
+            chosen += units
+            spent += cost
+            continue
+        for u in units:
+            if spent + (st.cost_s[u] or 0.0) <= budget:
+                chosen.append(u)
+                spent += st.cost_s[u] or 0.0
+        break
+    return chosen or st.missing[:1]
+
+
+def targets(st: Status, units: list[Unit]) -> list[str]:
+    """The part's Snakemake targets: experiment.json, the gradinit tables the store lacks, and one score file of
+    each scoring job of each unit (the last epoch of each group of splits scored together)."""
+    exp, paths = st.experiment, Paths(st.experiment.name)
+    out = [paths.experiment_json]
+    after = exp.after_warmup_run
+    for table in st.gradinit_missing:
+        # after warm-up needs every seed of its run in this part (its weights)
+        if table != paths.gradinit_after_warmup_csv or all(Unit(after, s) in units for s in exp.seeds_of(after)):
+            out.append(table)
+    for u in units:
+        last = exp.last_of(u.run)
+        out += [paths.score(u.run, u.seed, f"{max(epochs):03d}") for epochs in exp.eval.groups(last).values()]
+    return out
+
+
+def command(st: Status, units: list[Unit], cores: int) -> str:
+    """The snakemake command of a part: run from the root of a clean clone of the store's commit (the targets
+    first: ``--configfile`` takes every word after it)."""
+    args = ["snakemake", *targets(st, units), "--cores", str(cores), "--configfile", str(st.store / STORE_CONFIG)]
+    return shlex.join(args)
+
+
+def _minutes(seconds: float | None) -> str:
+    return "unknown" if seconds is None else f"{seconds / 60:.1f} CPU-min"
+
+
+def report(st: Status, minutes: float | None, cores: int) -> str:
+    """The status as printed: stored and missing units, their cost, and the command of the next part."""
+    n, k = len(st.stored) + len(st.missing), len(st.stored)
+    lines = [f"{st.store}: study {st.experiment.name}, {k} of {n} units stored"]
+    lines += [f"  stored: {u}" for u in st.stored]
+    lines += [f"  missing: {u} ({_minutes(st.cost_s[u])} of training)" for u in st.missing]
+    lines += [f"  gradinit: {Path(t).name} not stored" for t in st.gradinit_missing]
+    if not st.missing:
+        lines.append("complete: every unit is stored")
+        return "\n".join(lines) + "\n"
+    known = [c for c in st.cost_s.values() if c is not None]
+    lines.append(f"cost of the missing units here: {_minutes(sum(known)) if known else 'unknown'} of training "
+                 f"(CPU-seconds per update {st.rate_words}; scoring not counted)")
+    chosen = part(st, minutes, cores)
+    limit = f"fits {minutes:g} minutes on {cores} core(s)" if minutes is not None else "every missing unit"
+    cost = [st.cost_s[u] for u in chosen]
+    total = _minutes(sum(c for c in cost if c is not None)) if all(c is not None for c in cost) else "unknown"
+    lines.append(f"a part that {limit}: {len(chosen)} unit(s), {total} of training: "
+                 + ", ".join(map(str, chosen)))
+    after = st.experiment.after_warmup_run
+    paths = Paths(st.experiment.name)
+    if paths.gradinit_after_warmup_csv in st.gradinit_missing and paths.gradinit_after_warmup_csv not in \
+            targets(st, chosen):
+        lines.append(f"  (gradinit_after_warmup.csv needs every seed of {after} in one part: not this one)")
+    lines.append(f"run it from the root of a clean clone at the store's commit ({', '.join(st.commits)}), in its "
+                 "own virtual environment:")
+    lines.append(command(st, chosen, cores))
+    return "\n".join(lines) + "\n"

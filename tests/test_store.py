@@ -1,0 +1,334 @@
+"""A study's store (lnrepro.store, lnrepro.store_status): the demo pair with two seeds published in two parts, each
+from its own fresh working directory, against one run of both seeds; every refusal; the report from the store."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import DEMO_PAIR, copy_repo, snakemake
+from lnrepro import cli, store
+from lnrepro.io import json_text
+from lnrepro.paths import Paths
+
+# Two seeds of the demo pair; the measurement after warm-up needs every seed of its run in one part, so these
+# parts, split by seed, leave it out (lnrepro publish --status says so).
+TWO_SEEDS = "seeds: [1, 2]\nanalysis: {gradinit: {after_warmup_run: null}}\n"
+LAYERS = (*DEMO_PAIR, "two_seeds.yaml")
+P = Paths("demo")
+# What the report derives from time or from where a unit ran, which differs between any two runs of the same units:
+# the columns of wall-clock, CPU seconds, tokens per second, the host and its measured matmul peak, and the rows
+# of quality at equal training CPU time (a budget labelled "training CPU N s", the CPU time to a target); and
+# git_dirty, which this test sets false in the parts' records (hosts.csv).
+TIME_COLUMNS = re.compile(r"wall|cpu|tokens_per_s|s_per_update|spread|host|gflops|git_dirty")
+TIME_ROWS = re.compile(r"training CPU|cpu_s|wall_s")
+
+
+def _workdir(tmp: Path) -> Path:
+    """A fresh working directory: a copy of the repository with the two-seed layer, no results/, no .snakemake/."""
+    work = copy_repo(tmp / "repo")
+    (work / "two_seeds.yaml").write_text(TWO_SEEDS)
+    return work
+
+
+def _clean(results: Path, dirty: bool = False) -> None:
+    """Each run.json's and score file's git_dirty set to ``dirty`` (the tests train from a worktree that may have
+    changes: false stands for a clean clone)."""
+    for path in [*results.glob("runs/*/seed*/run.json"), *results.glob("runs/*/seed*/eval/epoch*.json")]:
+        record = json.loads(path.read_text())
+        record["git_dirty"] = dirty
+        path.write_text(json_text(record))
+
+
+def _publish(work: Path, store_dir: Path, *extra: str, results: Path | None = None, capsys=None) -> tuple[int, str]:
+    """``lnrepro publish`` in ``work`` (its config.yaml), through the command line's main; (exit status, output)."""
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        rc = cli.main(["publish", str(results or work / P.root), str(store_dir), *extra])
+    finally:
+        os.chdir(cwd)
+    out = capsys.readouterr() if capsys else None
+    return rc, (out.out + out.err) if out else ""
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _jobs(log: str) -> dict[str, int]:
+    """Snakemake's job counts by rule, from its "Job stats" table."""
+    table = log.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One run of both seeds (``whole``), part one (seed 1, published into a new store), and part two, run in a
+    fresh working directory from the command ``--status`` proposes and published; the store after each part
+    (``store1``, ``store``)."""
+    import subprocess
+    import sys
+
+    base = tmp_path_factory.mktemp("store")
+    whole = _workdir(base / "whole")
+    snakemake(whole, "--cores", "2", "--configfile", *LAYERS)
+    one = _workdir(base / "one")
+    seed1 = [P.score(run, 1, "002") for run in ("postln_warmup_isqrt", "preln_nowarmup_step8")]
+    log1 = snakemake(one, P.experiment_json, P.gradinit_csv, P.gradinit_fit_csv, *seed1,
+                     "--cores", "2", "--configfile", *LAYERS).stderr
+    assert _jobs(log1)["train_run"] == 2
+    _clean(one / P.root)
+    store_dir = base / "published" / "demo"
+    lnrepro = [sys.executable, "-m", "lnrepro"]
+    first = subprocess.run([*lnrepro, "publish", P.root, str(store_dir), "--configfile", *LAYERS], cwd=one,
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert "added postln_warmup_isqrt seed 1" in first.stdout and "added 2," in first.stdout
+    store1 = base / "store1"
+    shutil.copytree(store_dir, store1)
+    status = subprocess.run([*lnrepro, "publish", "--status", str(store_dir), "--minutes", "60", "--cores", "2"],
+                            cwd=one, capture_output=True, text=True, check=True).stdout
+    assert "2 of 4 units stored" in status and "missing: postln_warmup_isqrt seed 2" in status
+    assert "estimated" in status or "measured" in status
+    command = shlex.split(status.strip().splitlines()[-1])
+    assert command[0] == "snakemake" and not any("seed1" in c for c in command)
+    assert command[-2:] == ["--configfile", str(store_dir / "study.yaml")]
+    two = base / "two" / "repo"
+    two.parent.mkdir()
+    shutil.copytree(one, two, ignore=shutil.ignore_patterns("results", ".snakemake"))
+    log2 = snakemake(two, *command[1:]).stderr
+    jobs = _jobs(log2)
+    assert jobs["train_run"] == 2 and jobs["score_checkpoint"] == 2  # only the missing units: seed 2 of each run
+    assert "gradinit" not in jobs
+    assert not (two / P.root / "runs" / "postln_warmup_isqrt" / "seed1").exists()
+    _clean(two / P.root)
+    second = subprocess.run([*lnrepro, "publish", P.root, str(store_dir)], cwd=two, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    assert "added 2, kept 0" in second.stdout
+    print(f"\n{first.stdout}{status}{second.stdout}jobs part one {_jobs(log1)}, part two {jobs}")
+    return {"whole": whole, "one": one, "two": two, "store1": store1, "store": store_dir}
+
+
+def _untimed(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str], int]:
+    """``df`` without its time-derived columns and rows; the columns and the number of rows left out."""
+    columns = [c for c in df.columns if TIME_COLUMNS.search(str(c))]
+    df = df.drop(columns=columns)
+    timed = df.astype(str).apply(lambda col: col.str.contains(TIME_ROWS)).any(axis=1)
+    return df[~timed].reset_index(drop=True), columns, int(timed.sum())
+
+
+def _tables(report: Path) -> dict[str, pd.DataFrame]:
+    return {p.stem: pd.read_csv(p) for p in sorted((report / "tables").glob("*.csv"))}
+
+
+def test_store_report_equals_one_run_of_both_seeds(parts: dict[str, Path], tmp_path: Path) -> None:
+    """The report of the store published in two parts equals the report of one run of both seeds, table by table,
+    except the columns derived from time or host; rebuilt twice, in two places, with no weights anywhere, it has the
+    same bytes."""
+    store_dir = parts["store"]
+    assert not list(store_dir.rglob("*.pt")) and not list(store_dir.rglob("state"))
+    size = sum(p.stat().st_size for p in store_dir.rglob("*") if p.is_file())
+    print(f"\nstore: {len(list(store_dir.rglob('*')))} entries, {size} bytes")
+    assert cli.main(["report", "--store", str(store_dir)]) == 0
+    other = tmp_path / "elsewhere" / "demo"
+    shutil.copytree(store_dir, other, ignore=shutil.ignore_patterns("report"))
+    assert cli.main(["report", "--store", str(other)]) == 0
+    assert _snapshot(store_dir / "report") == _snapshot(other / "report")
+
+    whole, parted = _tables(parts["whole"] / P.report), _tables(store_dir / "report")
+    assert set(whole) == set(parted)
+    exempt = {}
+    for name in sorted(whole):
+        (a, columns, rows), (b, _, _) = _untimed(whole[name]), _untimed(parted[name])
+        exempt[name] = (columns, rows)
+        pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-9, obj=name)
+    print("exempt (columns, rows):", {k: v for k, v in exempt.items() if v != ([], 0)})
+    html = (store_dir / "report" / "index.html").read_text()
+    assert "Incomplete" not in html
+
+
+def test_incomplete_store_says_so_first(parts: dict[str, Path]) -> None:
+    """The store after part one renders, and says first which units it lacks."""
+    assert cli.main(["report", "--store", str(parts["store1"])]) == 0
+    html = (parts["store1"] / "report" / "index.html").read_text()
+    assert "Incomplete: 2 of 4 units; missing: postln_warmup_isqrt seed 2, preln_nowarmup_step8 seed 2" in html
+    assert html.index("Incomplete") < html.index('id="answer"')
+
+
+# ---- refusals: each through the command line, with its message, the store's bytes unchanged --------------------
+
+
+def _store_copy(parts: dict[str, Path], tmp_path: Path) -> Path:
+    """A copy of the store after part one (seed 1 of both runs)."""
+    return Path(shutil.copytree(parts["store1"], tmp_path / "published" / "demo",
+                                ignore=shutil.ignore_patterns("report")))
+
+
+def _results_copy(work: Path, tmp_path: Path, name: str = "part") -> Path:
+    """A copy of a part's results tree without weights, run.json's git_dirty false."""
+    results = Path(shutil.copytree(work / P.root, tmp_path / name / P.root, ignore=shutil.ignore_patterns("state")))
+    _clean(results)
+    return results
+
+
+def _refused(parts: dict[str, Path], store_dir: Path, results: Path, capsys, *extra: str) -> str:
+    before = _snapshot(store_dir)
+    rc, out = _publish(parts["one"], store_dir, *extra, results=results, capsys=capsys)
+    assert rc == 1 and "refused: " in out and f"{store_dir} is unchanged" in out, out
+    assert _snapshot(store_dir) == before
+    print(f"\n{out}")
+    return out
+
+
+def test_same_part_twice_and_same_units_again_change_nothing(parts: dict[str, Path], tmp_path: Path,
+                                                             capsys) -> None:
+    """Publishing part one again keeps its units and writes nothing; the one run of both seeds, trained apart on
+    the same host, has the same identity for seed 1 (kept) and adds seed 2."""
+    store_dir = _store_copy(parts, tmp_path)
+    before = _snapshot(store_dir)
+    rc, out = _publish(parts["one"], store_dir, results=_results_copy(parts["one"], tmp_path), capsys=capsys)
+    assert rc == 0 and "added 0, kept 2" in out and "kept postln_warmup_isqrt seed 1" in out
+    assert _snapshot(store_dir) == before
+    rc, out = _publish(parts["one"], store_dir, results=_results_copy(parts["whole"], tmp_path, "whole"),
+                       capsys=capsys)
+    assert rc == 0 and "added 2, kept 2" in out, out
+
+
+def test_refuses_other_run_settings(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """A part trained with another learning rate for one run (a real training) is refused."""
+    work = Path(shutil.copytree(parts["one"], tmp_path / "lr" / "repo"))
+    (work / "lr.yaml").write_text("runs: {preln_nowarmup_step8: {optim: {lr_max: 1.0e-3}}}\n")
+    log = snakemake(work, P.experiment_json, P.score("preln_nowarmup_step8", 1, "002"),
+                    "--cores", "2", "--configfile", *LAYERS, "lr.yaml").stderr
+    assert _jobs(log)["train_run"] == 1
+    out = _refused(parts, _store_copy(parts, tmp_path), _results_copy(work, tmp_path), capsys)
+    assert "resolved settings (experiment.json) differ from the study's" in out
+    assert "runs.preln_nowarmup_step8.optim.lr_max" in out
+
+
+def test_refuses_other_data(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """A part whose corpus was generated from another seed (its data and BPE rebuilt for real) is refused."""
+    work = Path(shutil.copytree(parts["one"], tmp_path / "data" / "repo"))
+    (work / "data.yaml").write_text("defaults: {data: {synthetic: {seed: 99}}}\n")
+    snakemake(work, P.experiment_json, *P.bpe_ids, "--cores", "2", "--configfile", *LAYERS, "data.yaml")
+    out = _refused(parts, _store_copy(parts, tmp_path), _results_copy(work, tmp_path), capsys)
+    assert "the part's data or BPE differ from the study's (data/bpe/spm.model" in out
+    assert "another corpus or vocabulary" in out
+
+
+def test_refuses_a_dirty_checkout(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    results = _results_copy(parts["two"], tmp_path)
+    _clean(results, dirty=True)
+    out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
+    assert "git_dirty is true (trained from a checkout with uncommitted changes" in out
+
+
+def test_refuses_a_record_failing_its_digest(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """A score file whose weights digest is not its manifest's."""
+    results = _results_copy(parts["two"], tmp_path)
+    score = results / "runs" / "preln_nowarmup_step8" / "seed2" / "eval" / "epoch001.json"
+    record = json.loads(score.read_text())
+    record["weights_sha256"] = "0" * 64
+    score.write_text(json_text(record))
+    out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
+    assert "preln_nowarmup_step8 seed 2's records do not belong to the study" in out and str(score) in out
+
+
+def test_refuses_a_stored_unit_with_another_identity(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """Seed 1 again with one hypothesis changed: the message names the file that differs."""
+    results = _results_copy(parts["one"], tmp_path)
+    hyp = results / "runs" / "postln_warmup_isqrt" / "seed1" / "eval" / "epoch002.test.hyp"
+    hyp.write_text("another hypothesis\n" + hyp.read_text().split("\n", 1)[1])
+    out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
+    assert "postln_warmup_isqrt seed 1 is already stored with another identity; these records differ: " in out
+    assert str(hyp) in out
+
+
+def test_a_publish_failing_between_units_leaves_the_store_as_it_was(parts: dict[str, Path], tmp_path: Path,
+                                                                    capsys, monkeypatch) -> None:
+    """A failure after the first unit is written leaves the store's bytes as they were and nothing beside it;
+    the same publish then completes."""
+    store_dir = _store_copy(parts, tmp_path)
+    before = _snapshot(store_dir)
+    results = _results_copy(parts["two"], tmp_path)
+    add = store._add_unit
+    calls = []
+
+    def failing(*args, **kwargs):
+        if calls:
+            raise OSError(28, "No space left on device", str(args[0]))
+        calls.append(args)
+        return add(*args, **kwargs)
+
+    monkeypatch.setattr(store, "_add_unit", failing)
+    rc, out = _publish(parts["one"], store_dir, results=results, capsys=capsys)
+    assert rc == 1 and "no space left" in out and calls
+    assert _snapshot(store_dir) == before
+    assert sorted(p.name for p in store_dir.parent.iterdir()) == ["demo"]
+    monkeypatch.setattr(store, "_add_unit", add)
+    rc, out = _publish(parts["one"], store_dir, results=results, capsys=capsys)
+    assert rc == 0 and "added 2, kept 0" in out
+
+
+def test_a_grid_extension_grows_the_study_and_nothing_else_does(tmp_path: Path) -> None:
+    """The study's settings may grow by a value recorded under a grid's extended: (its run added); another value
+    of a setting, or a grid value added without being recorded as an extension, is another study."""
+    import yaml
+
+    from conftest import REPO
+    from lnrepro.config import experiment, load_config
+
+    def resolved(layer: dict) -> dict:
+        path = tmp_path / "layer.yaml"
+        path.write_text(yaml.safe_dump(layer))
+        exp = experiment(load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml", path]))
+        return json.loads(json_text(exp.to_dict()))
+
+    study = resolved({})
+    values = {"optim.lr_max": [1.5e-3, 6.0e-3, 1.2e-2], "schedule.warmup_updates": [140]}
+    grown = resolved({"grids": {"tune_postln": {"values": values, "extended": {"optim.lr_max": [1.2e-2]}}}})
+    assert set(grown["runs"]) - set(study["runs"]) == {"postln_warmup_isqrt__lr_max=1.2e-2__warmup_updates=140"}
+    assert store._grown_by_extension(study, grown)
+    assert not store._grown_by_extension(grown, study)
+    unrecorded = json.loads(json.dumps(grown))
+    unrecorded["grids"]["tune_postln"]["extended"] = {}
+    assert not store._grown_by_extension(study, unrecorded)
+    assert not store._grown_by_extension(study, resolved({"defaults": {"optim": {"lr_max": 1.0e-3}}}))
+
+
+def test_bleu_recomputed_from_the_stored_hypotheses(parts: dict[str, Path]) -> None:
+    """docs/running.md's command: sacrebleu over a stored hypothesis file against the reference the data stages
+    rebuild (its digest the store's) gives the score file's tokenized BLEU."""
+    import subprocess
+    import sys
+
+    from lnrepro.io import file_sha256
+
+    store_dir, reference = parts["store"], parts["two"] / P.root / "data" / "prepared" / "test.en"
+    assert file_sha256(reference) == json.loads((store_dir / "store.json").read_text())["study"][
+        "data/prepared/test.en"]
+    run_dir = store_dir / "runs" / "postln_warmup_isqrt" / "seed2" / "eval"
+    sacrebleu = Path(sys.executable).parent / "sacrebleu"
+    command = (f"zcat {run_dir / 'epoch002.test.hyp.gz'} | {sacrebleu} {reference} --tokenize none --force -b "
+               "-w 6")
+    score = float(subprocess.run(command, shell=True, check=True, capture_output=True, text=True).stdout)
+    recorded = json.loads((run_dir / "epoch002.json").read_text())["splits"]["test"]["bleu_tok"]
+    assert score == pytest.approx(recorded, abs=1e-6)
+
+
+def test_a_partly_scored_unit_is_named_and_left_out(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """Part two with one score file missing: the other unit is added, this one named and left out."""
+    results = _results_copy(parts["two"], tmp_path)
+    (results / "runs" / "preln_nowarmup_step8" / "seed2" / "eval" / "epoch002.json").unlink()
+    rc, out = _publish(parts["one"], _store_copy(parts, tmp_path), results=results, capsys=capsys)
+    assert rc == 0 and "added 1, kept 0 (already stored, same identity), left out 1" in out
+    assert "left out preln_nowarmup_step8 seed 2: unfinished or partly scored: no eval/epoch002.json" in out
