@@ -209,6 +209,7 @@ class Part:
 
     name: str
     study: str  # the study in words, for the part's line while it is not published
+    preset: str  # the preset that runs it
     paragraphs: Callable[[Path, str], list[str]]
 
     @property
@@ -219,7 +220,7 @@ class Part:
     @property
     def not_published(self) -> str:
         """The part's text while its published folder does not exist."""
-        return f"The {self.study} (`presets/{Path(self.published).name}.yaml`) has not been published yet.\n"
+        return f"The {self.study} (`presets/{self.preset}.yaml`) has not been published yet.\n"
 
     @property
     def begin(self) -> str:
@@ -231,9 +232,9 @@ class Part:
         return f"<!-- results:{self.name}: end -->"
 
 
-PARTS = {p.name: p for p in (Part("study", "CPU study", figure4_part),
-                             Part("endpoint", "end-point study", endpoint_part),
-                             Part("depth", "depth study", depth_part))}
+PARTS = {p.name: p for p in (Part("study", "CPU study", "study-cpu", figure4_part),
+                             Part("endpoint", "end-point study", "endpoint-cpu", endpoint_part),
+                             Part("depth", "depth study", "depth-cpu", depth_part))}
 
 
 def results_markdown(report: Path, shown_as: str, part: str = "study") -> str:
