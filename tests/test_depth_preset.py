@@ -4,7 +4,6 @@ study's width, batch and lr_max; runs of different depths in one experiment; the
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 

@@ -123,6 +123,18 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def write_generated(path: str | os.PathLike, text: str, check: bool, stale: str) -> bool:
+    """Write the generated ``text`` to ``path`` unless it already holds it (True then); with ``check`` only
+    compare: a stale file is the LnReproError ``stale`` (which names the command that writes it again)."""
+    path = Path(path)
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return True
+    if check:
+        raise LnReproError(stale)
+    atomic_write_text(path, text)
+    return False
+
+
 def atomic_write_lines(path: str | os.PathLike, lines: list[str]) -> None:
     """Write one line per item, each ending in a newline."""
     atomic_write_text(path, "".join(f"{line}\n" for line in lines))

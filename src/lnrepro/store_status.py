@@ -19,7 +19,6 @@ import shlex
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 

@@ -156,7 +156,6 @@ def gradient_statistics(model, batches: Iterable[Batch],
 def token_loss(eps: float, precision: str, device) -> Callable[[Any, Batch], Any]:
     """The paper's loss of a batch: (label-smoothed when ``eps`` > 0) cross-entropy summed over the target
     tokens, divided by their number; the forward pass under bf16 autocast when ``precision`` says so."""
-    import torch
 
     from ..precision import autocast
     from ..train.loss import label_smoothed_nll_loss

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import LnReproError
-from ..io import atomic_write_text
+from ..io import write_generated
 from ..paths import ANSWER_MD, PUBLISHED_REPORTS
 from . import DEPTH_FIGURES, FIGURES
 
@@ -262,12 +262,6 @@ def update_readme(readme: Path, report: Path, shown_as: str, check: bool = False
     else:
         raise LnReproError(f"{report}: no report there (its tables/ folder is missing); a part is generated from a "
                            "published report, the study's results/{name}/report/ copied there")
-    text = Path(readme).read_text(encoding="utf-8")
-    new = replace_section(text, body, part)
-    if new == text:
-        return True
-    if check:
-        raise LnReproError(f"{readme}: the results part {part!r} differs from {report}'s tables; run "
-                           f"`lnrepro readme-results --part {part} --report {shown_as}`")
-    atomic_write_text(readme, new)
-    return False
+    new = replace_section(Path(readme).read_text(encoding="utf-8"), body, part)
+    return write_generated(readme, new, check, f"{readme}: the results part {part!r} differs from {report}'s "
+                           f"tables; run `lnrepro readme-results --part {part} --report {shown_as}`")

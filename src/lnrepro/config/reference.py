@@ -16,8 +16,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from ..errors import LnReproError
-from ..io import atomic_write_text
+from ..io import write_generated
 from ..typed import plain
 from .load import REPO_ROOT, SCHEMA_PATH, load_schema
 from .settings import AnalysisSettings, EvalSettings, Section
@@ -327,13 +326,5 @@ def undescribed_keys() -> list[str]:
 def update_reference(out: str | Path = DOC_PATH, check: bool = False) -> bool:
     """Write the page to ``out``; with ``check`` only compare. True when ``out`` was already up to date; a
     stale page under ``check`` is an LnReproError naming the command that rewrites it."""
-    text = reference_markdown()
-    out = Path(out)
-    current = out.read_text(encoding="utf-8") if out.exists() else None
-    if current == text:
-        return True
-    if check:
-        raise LnReproError(f"{out}: not what the config schema and config.yaml generate "
-                           f"(run: lnrepro config-reference --out {out})")
-    atomic_write_text(out, text)
-    return False
+    return write_generated(out, reference_markdown(), check, f"{out}: not what the config schema and config.yaml "
+                           f"generate (run: lnrepro config-reference --out {out})")
