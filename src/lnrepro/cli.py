@@ -100,7 +100,7 @@ def _publish(a: argparse.Namespace) -> None:
 
         if len(a.folders) != 1:
             raise LnReproError("--status takes one folder: the store")
-        print(report(status(a.folders[0], a.threads), a.minutes, a.cores), end="")
+        print(report(status(a.folders[0], a.threads, a.configfile), a.minutes, a.cores), end="")
         return
     from .store import publish
 
@@ -224,7 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     pu.add_argument("--configfile", nargs="+", metavar="FILE",
                     help="the --configfile layers the part was run with, merged over ./config.yaml (required for a "
                          "new store and for a part that extends a grid); the store keeps the merge as study.yaml")
-    pu.add_argument("--status", action="store_true", help="list the units stored and missing, and a part's command")
+    pu.add_argument("--status", action="store_true",
+                    help="list the units stored and missing, their training cost here, and a part's command; "
+                         "before the first part (no store yet) with --configfile: the study they resolve to, its "
+                         "cost measured here on a few updates (needs results/{exp}/data/bpe: snakemake --until "
+                         "apply_bpe)")
     pu.add_argument("--minutes", type=float, help="with --status: the part's time on this machine")
     pu.add_argument("--cores", type=count, default=os.cpu_count() or 1,
                     help="with --status: the cores the part runs on (default: this machine's)")

@@ -11,6 +11,12 @@ keeps each per-seed comparison within a host), then single units of the next see
 CPU-seconds fit the given minutes on the given cores; Snakemake schedules its jobs. Its targets are one score
 file of each of the units' scoring jobs (a job writes all its group's score files), the part's
 ``experiment.json`` (which publish reads) and, while the store lacks them, the gradient-at-initialization tables.
+
+Before a study's first part there is no store: the study is then the one ``config.yaml`` (of the working
+directory) and the given configfiles resolve to, every unit is missing, and the cost basis is **measured** here
+before anything is trained (``lnrepro.train.update_cost``: updates from the encoded train split of
+``results/{exp}``, CPU-seconds per update timed on a few real updates per model shape). The part's command then
+names those configfiles.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import resources
+from .config import experiment, load_config, resources
 from .config.settings import Experiment
 from .errors import LnReproError
 from .host import cpu_flags, host_key
@@ -54,7 +60,8 @@ class Status:
     cost_s: dict[Unit, float | None]  # training CPU-seconds of each missing unit here (None: unknown)
     rate_words: str  # how the CPU-seconds per update were found: measured, estimated or unknown
     gradinit_missing: list[str]  # analysis tables the store lacks, as result paths
-    commits: list[str]  # the commits the stored units were trained at
+    commits: list[str]  # the commits the stored units were trained at ([]: no store yet)
+    configfiles: list[str]  # the part's --configfile layers: the store's study.yaml, or a first part's files
 
 
 def _stored_costs(store: Path, exp: Experiment, index: Index) -> list[StoredCost]:
@@ -69,20 +76,23 @@ def _stored_costs(store: Path, exp: Experiment, index: Index) -> list[StoredCost
     return out
 
 
-def status(store: Path, threads: int | None = None) -> Status:
+def status(store: Path, threads: int | None = None, configfiles: list[str] | None = None) -> Status:
     """The status of ``store``; this host's threads per training job default to the study's ``train_run``
-    resources (``study.yaml``)."""
+    resources (``study.yaml``). Where there is no store yet, the study of ``config.yaml`` and ``configfiles``
+    before its first part (``first_part_status``)."""
     store = Path(store)
     index = Index.read(store)
     if index is None:
+        if configfiles:
+            return first_part_status(store, configfiles, threads)
         raise LnReproError(f"{store}: no store there (no store.json): publish a first part with `lnrepro publish "
-                           "results/{name} " + f"{store} --configfile ...`")
+                           "results/{name} " + f"{store} --configfile ...`; `lnrepro publish --status {store} "
+                           "--configfile ...` measures what a first part costs here")
     exp = Experiment.read(store / EXPERIMENT_JSON)
     with open(store / STORE_CONFIG, encoding="utf-8") as f:
         config = yaml.safe_load(f)
     threads = threads or resources(config, "train_run").threads
     units = units_of(exp)
-    stored = [u for u in units if u.key in index.units]
     missing = [u for u in units if u.key not in index.units]
     costs = _stored_costs(store, exp, index)
     here = host_key({"cpu_flags": cpu_flags(), "threads": threads})
@@ -98,12 +108,46 @@ def status(store: Path, threads: int | None = None) -> Status:
         words = "unknown: no stored unit records its training CPU time"
     cost_s = {u: _unit_cost(exp, u, basis, costs) for u in missing}
     paths = Paths(exp.name)
+    gradinit = [t for t in _gradinit_tables(exp) if str(Path(t).relative_to(paths.root)) not in index.analysis]
+    commits = sorted({str(e.get("git_commit")) for e in index.units.values()})
+    return Status(store, exp, [u for u in units if u.key in index.units], missing, cost_s, words, gradinit, commits,
+                  [str(store / STORE_CONFIG)])
+
+
+def first_part_status(store: Path, configfiles: list[str], threads: int | None = None) -> Status:
+    """The status of a study with no store yet: the one ``config.yaml`` (of the working directory) and
+    ``configfiles`` resolve to, every unit missing, its cost measured here on the encoded train split of
+    ``results/{exp}`` (``lnrepro.train.update_cost``; an error naming the ``snakemake --until apply_bpe`` command
+    that makes it, where it is absent)."""
+    from .train.update_cost import WARMUP, measure, missing_inputs
+
+    config = load_config(["config.yaml", *configfiles])
+    exp = experiment(config)
+    threads = threads or resources(config, "train_run").threads
+    paths = Paths(exp.name)
+    bpe = Path(paths.bpe)
+    absent = missing_inputs(bpe)
+    if absent:
+        make = shlex.join(["snakemake", "--until", "apply_bpe", "--cores", "1", "--configfile", *configfiles])
+        raise LnReproError(f"{store}: no store there, and the encoded train split the cost is measured on is missing "
+                           f"({', '.join(map(str, absent))}); make it first (a few minutes at most, nothing is "
+                           f"trained), from the root of this checkout: {make}")
+    units = units_of(exp)
+    cost = measure(exp, [(u.run, u.seed) for u in units], bpe, threads)
+    here = host_key({"cpu_flags": cpu_flags(), "threads": threads})
+    words = (f"measured here ({here}): {cost.timed} updates timed after {WARMUP} warm-up, per model shape "
+             f"({cost.shapes} shape(s)), on the first batches of {bpe}/train.*.ids")
+    cost_s = {u: cost.updates[(u.run, u.seed)] * cost.cpu_s_per_update[u.run] for u in units}
+    return Status(store, exp, [], units, cost_s, words, _gradinit_tables(exp), [], list(configfiles))
+
+
+def _gradinit_tables(exp: Experiment) -> list[str]:
+    """The study's gradient-at-initialization tables, as result paths."""
+    paths = Paths(exp.name)
     tables = [paths.gradinit_csv, paths.gradinit_fit_csv]
     if exp.after_warmup_run:
         tables.append(paths.gradinit_after_warmup_csv)
-    gradinit = [t for t in tables if str(Path(t).relative_to(paths.root)) not in index.analysis]
-    commits = sorted({str(e.get("git_commit")) for e in index.units.values()})
-    return Status(store, exp, stored, missing, cost_s, words, gradinit, commits)
+    return tables
 
 
 def _unit_cost(exp: Experiment, unit: Unit, basis: list[StoredCost], costs: list[StoredCost]) -> float | None:
@@ -168,7 +212,7 @@ def targets(st: Status, units: list[Unit]) -> list[str]:
 def command(st: Status, units: list[Unit], cores: int) -> str:
     """The snakemake command of a part: run from the root of a clean clone of the store's commit (the targets
     first: ``--configfile`` takes every word after it)."""
-    args = ["snakemake", *targets(st, units), "--cores", str(cores), "--configfile", str(st.store / STORE_CONFIG)]
+    args = ["snakemake", *targets(st, units), "--cores", str(cores), "--configfile", *st.configfiles]
     return shlex.join(args)
 
 
@@ -179,7 +223,8 @@ def _minutes(seconds: float | None) -> str:
 def report(st: Status, minutes: float | None, cores: int) -> str:
     """The status as printed: stored and missing units, their cost, and the command of the next part."""
     n, k = len(st.stored) + len(st.missing), len(st.stored)
-    lines = [f"{st.store}: study {st.experiment.name}, {k} of {n} units stored"]
+    lines = [f"{st.store}: study {st.experiment.name}, {k} of {n} units stored"
+             + ("" if st.commits else " (no store yet: the study of config.yaml and --configfile)")]
     lines += [f"  stored: {u}" for u in st.stored]
     lines += [f"  missing: {u} ({_minutes(st.cost_s[u])} of training)" for u in st.missing]
     lines += [f"  gradinit: {Path(t).name} not stored" for t in st.gradinit_missing]
@@ -200,7 +245,11 @@ def report(st: Status, minutes: float | None, cores: int) -> str:
     if paths.gradinit_after_warmup_csv in st.gradinit_missing and paths.gradinit_after_warmup_csv not in \
             targets(st, chosen):
         lines.append(f"  (gradinit_after_warmup.csv needs every seed of {after} in one part: not this one)")
-    lines.append(f"run it from the root of a clean clone at the store's commit ({', '.join(st.commits)}), in its "
-                 "own virtual environment:")
+    if st.commits:
+        lines.append(f"run it from the root of a clean clone at the store's commit ({', '.join(st.commits)}), in "
+                     "its own virtual environment:")
+    else:
+        lines.append("run it from the root of a clean clone of this checkout's commit (the store's, once published), "
+                     "in its own virtual environment:")
     lines.append(command(st, chosen, cores))
     return "\n".join(lines) + "\n"

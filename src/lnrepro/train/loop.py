@@ -101,7 +101,8 @@ def execution_facts(device: torch.device, threads: int) -> dict[str, Any]:
             "device_name": device_name(device), "threads": threads}
 
 
-def _load_pairs(bpe_dir: Path, max_positions: int, vocab_size: int) -> tuple[list[list[int]], list[list[int]]]:
+def load_pairs(bpe_dir: Path, max_positions: int, vocab_size: int) -> tuple[list[list[int]], list[list[int]]]:
+    """The encoded training pairs (source, target), checked against the vocabulary and ``max_positions``."""
     src_path, tgt_path = bpe_dir / f"train.{SRC_LANG}.ids", bpe_dir / f"train.{TGT_LANG}.ids"
     src, tgt = read_ids(src_path, vocab_size), read_ids(tgt_path, vocab_size)
     if len(src) != len(tgt):
@@ -138,7 +139,7 @@ class _Trainer:
 
         # Data: batches built once from the seed (fairseq), collated once (cheap, saves per-epoch work). Checked
         # against the settings (max_positions, max_tokens, the vocabulary) before the state is touched.
-        src, tgt = _load_pairs(self.bpe_dir, self.mcfg.max_positions, self.mcfg.vocab_size)
+        src, tgt = load_pairs(self.bpe_dir, self.mcfg.max_positions, self.mcfg.vocab_size)
         self.num_pairs = len(src)
         index_batches = batch_by_size([len(s) for s in src], [len(t) for t in tgt], self.train.max_tokens, self.seed,
                                       self.train.required_batch_size_multiple)

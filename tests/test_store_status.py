@@ -1,0 +1,71 @@
+"""``lnrepro publish --status`` before a study's first part (no store yet): the study of config.yaml and the
+configfiles, every unit missing, its cost measured here on the encoded train split, and the command of a part."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DEMO_PAIR, copy_repo, snakemake
+from lnrepro.paths import Paths
+
+P = Paths("demo")
+UNITS = ("postln_warmup_isqrt seed 1", "preln_nowarmup_step8 seed 1")
+
+
+def _status(work: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lnrepro", "publish", "--status", "published/demo", "--configfile",
+                           *DEMO_PAIR, "--cores", "2", *extra], cwd=work, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def encoded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh working directory with the demo pair's encoded splits (``snakemake --until apply_bpe``) only."""
+    work = copy_repo(tmp_path_factory.mktemp("first_part") / "repo")
+    snakemake(work, "--until", "apply_bpe", "--cores", "2", "--configfile", *DEMO_PAIR)
+    assert not (work / P.root / "runs").exists()
+    return work
+
+
+def _jobs(log: str) -> dict[str, int]:
+    """Snakemake's job counts by rule, from its "Job stats" table."""
+    table = log.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def test_first_part_status_measures_here_and_its_command_plans_its_units(encoded: Path) -> None:
+    proc = _status(encoded)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "0 of 2 units stored" in out and "no store yet" in out
+    assert all(f"missing: {u} (" in out and "unknown" not in out for u in UNITS)
+    assert "measured here" in out and "updates timed" in out
+    command = shlex.split(out.strip().splitlines()[-1])
+    assert command[0] == "snakemake" and command[-3:] == ["--configfile", *DEMO_PAIR]
+    assert P.experiment_json in command and P.gradinit_csv in command and P.gradinit_after_warmup_csv in command
+    plan = snakemake(encoded, *command[1:], "-n").stdout
+    jobs = _jobs(plan)
+    assert jobs["train_run"] == 2 and jobs["gradinit"] >= 1 and "apply_bpe" not in jobs
+
+
+def test_a_part_that_fits_fewer_minutes_plans_only_its_units(encoded: Path) -> None:
+    out = _status(encoded, "--minutes", "0").stdout
+    assert "1 unit(s)" in out and UNITS[0] in out.split("a part that", 1)[1]
+    command = shlex.split(out.strip().splitlines()[-1])
+    jobs = _jobs(snakemake(encoded, *command[1:], "-n").stdout)
+    assert jobs["train_run"] == 1
+    assert not any("preln_nowarmup_step8" in c for c in command)
+
+
+def test_without_the_encoded_split_it_names_the_command_that_makes_it(tmp_path: Path) -> None:
+    work = copy_repo(tmp_path / "repo")
+    proc = _status(work)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "encoded train split" in proc.stderr
+    assert shlex.join(["snakemake", "--until", "apply_bpe", "--cores", "1", "--configfile", *DEMO_PAIR]) in proc.stderr
+    assert not (work / "published" / "demo").exists() and not (work / "results").exists()
