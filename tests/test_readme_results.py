@@ -226,3 +226,19 @@ def test_the_depth_part(tmp_path_factory) -> None:
                | {rr._num(v) for c in ("failure_low", "failure_high") for v in failed[c]})
     scale = pd.read_csv(report / "tables" / "claims.csv")["scale"].dropna().iloc[0]
     assert set(numbers(body, resolution_text(at["n_with_fate"].tolist()), scale, "IWSLT14")) <= allowed, body
+
+
+def test_the_readme_says_how_much_of_the_second_edition_is_stored() -> None:
+    """The CPU study's store (``published/study-cpu``, grown in parts) is named in the README with the number of
+    units it holds of the study's, as its index says."""
+    from lnrepro.config.settings import Experiment
+    from lnrepro.store import Index, units_of
+
+    store = REPO / "published" / "study-cpu"
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    index = Index.read(store) if store.exists() else None
+    if index is None:
+        assert "`published/study-cpu/` holds" not in readme
+        return
+    n = len(units_of(Experiment.read(store / "experiment.json")))
+    assert f"`published/study-cpu/` holds {len(index.units)} of its {n} units" in readme
