@@ -52,7 +52,7 @@ class Results:
     """The whole results tree of one experiment, read once."""
 
     seeds: list[SeedResults]  # in ``select`` order, then seed order
-    gradinit: pd.DataFrame | None  # analysis/gradinit.csv (+ gradinit_after_warmup.csv); None when not computed
+    gradinit: pd.DataFrame | None  # analysis/gradinit.csv + each seed's gradinit_after_warmup.csv; None: not computed
     gradinit_fit: pd.DataFrame | None  # analysis/gradinit_fit.csv
     gradinit_missing: str  # why gradinit is None ("" when it is not)
 
