@@ -11,10 +11,9 @@ The store's layout is the results tree's, so ``lnrepro report`` reads it as it r
 Study-level items are stored once: the configuration slices (``experiment.json`` and the other ``*.json`` of the
 tree's root), the merged config they resolve from (``study.yaml``: a ``--configfile`` for later parts), the digests
 of the prepared splits, ``spm.model`` and the encoded splits, and the gradient-at-initialization tables
-(``gradinit.csv``, ``gradinit_fit.csv``). The index
-``store.json`` holds them and, per unit, its commit, the digest of each stored file and its identity: per record,
-the digest of what determines the results (resolved config, input digests, weights' digests, scores), not
-timestamps, durations or host.
+(``gradinit.csv``, ``gradinit_fit.csv``). The index ``store.json`` holds them and, per unit, its commit, the digest
+of each stored file and its identity: per record, the digest of what determines the results (resolved config,
+input digests, weights' digests, scores), not timestamps, durations or host.
 
 A part is refused whole, the store unchanged, when it does not belong to the study: other resolved settings (a
 grid extended under its ``extended:`` may grow them), another study-level digest, a record from a checkout with
@@ -34,12 +33,12 @@ from typing import Any
 
 import yaml
 
+from .analysis.results import read_after_warmup
 from .config import experiment, load_config
 from .config.settings import Experiment
 from .errors import LnReproError
 from .io import GZ, atomic_directory, file_sha256, gzip_bytes, json_text, read_json
 from .paths import EXPERIMENT_JSON, STORE_CONFIG, STORE_INDEX, Paths, RunFolder
-from .analysis.results import read_after_warmup
 from .integrity import check_run
 from .records import CheckpointScores, RunRecord
 
