@@ -94,6 +94,7 @@ def test_paper_dag_lists_every_job() -> None:
     assert counts["train_run"] == "24"  # 8 runs x 3 seeds
     assert counts["score_checkpoint"] == "24"  # one per training: its 20 checkpoints in one process
     assert counts["make_report"] == "1" and counts["gradinit"] == "1"
+    assert counts["gradinit_after_warmup"] == "3"  # one per seed of postln_warmup_isqrt, beside its training
 
 
 def _jobs(out: str) -> list[tuple[str, list[str]]]:

@@ -132,3 +132,11 @@ def test_a_cut_study_table_stops_the_report(run: DemoRun) -> None:
     kept = text[: len(text) * 2 // 3]
     table.write_text(kept[: kept.rfind("\n") + 1])
     refused(report(run), f"{table}: not the table its settings give", "missing", "--forcerun gradinit")
+
+
+def test_a_cut_table_after_warmup_stops_the_report(run: DemoRun) -> None:
+    """A seed's gradinit_after_warmup.csv without its last row: its last layer has fewer rows than the others."""
+    table = run_dir(run, POST) / "gradinit_after_warmup.csv"
+    table.write_text("".join(table.read_text().splitlines(keepends=True)[:-1]))
+    refused(report(run), f"{table}: combinations of stack, layer with fewer rows than their like",
+            "--forcerun gradinit_after_warmup")

@@ -249,10 +249,13 @@ def test_after_warmup_takes_the_first_checkpoint_that_reaches_t_warmup(tmp_path)
     chosen = warmup_end_checkpoints(manifests, "postln_warmup_isqrt", t_warmup)
     assert {s: m.epoch for s, (_, m) in chosen.items()} == {1: 2, 2: 2}
     config = exp.gradinit_config(after_warmup=True)
-    df = run_after_warmup(config, tmp_path / "bpe", manifests, tmp_path / "aw.csv", threads=1)
-    assert list(df.columns) == CSV_COLUMNS and set(df["checkpoint"]) == {"after_warmup"}
-    assert set(df["norm"]) == {"post"} and set(df["run"]) == {"postln_warmup_isqrt"} and set(df["epoch"]) == {2}
-    assert sorted(set(df["updates"])) == [t_warmup, t_warmup + 1] and set(df["depth"]) == {2}
+    for seed, own in ((1, manifests[:3]), (2, manifests[3:])):  # one table per seed: that unit's
+        df = run_after_warmup(config, tmp_path / "bpe", own, tmp_path / f"aw{seed}.csv", threads=1)
+        assert list(df.columns) == CSV_COLUMNS and set(df["checkpoint"]) == {"after_warmup"}
+        assert set(df["norm"]) == {"post"} and set(df["run"]) == {"postln_warmup_isqrt"} and set(df["epoch"]) == {2}
+        assert set(df["seed"]) == {seed} and set(df["updates"]) == {t_warmup + seed - 1} and set(df["depth"]) == {2}
+    with pytest.raises(LnReproError, match=r"seeds \[1, 2\]; the table is one unit's"):
+        run_after_warmup(config, tmp_path / "bpe", manifests, tmp_path / "aw.csv", threads=1)
     with pytest.raises(LnReproError, match="no checkpoint reaches T_warmup"):
         warmup_end_checkpoints(manifests[:1], "postln_warmup_isqrt", t_warmup)
     with pytest.raises(LnReproError, match="expected 'other'"):
@@ -264,7 +267,7 @@ def test_after_warmup_takes_the_first_checkpoint_that_reaches_t_warmup(tmp_path)
                                    model_type="bpe", bos_id=0, pad_id=1, eos_id=2, unk_id=3, minloglevel=2)
     assert _trained_on(other)["spm.model"] != data["spm.model"]
     with pytest.raises(LnReproError, match=r"spm\.model: not the BPE model .*epoch002\.json was trained with"):
-        run_after_warmup(config, tmp_path / "other", manifests, tmp_path / "aw2.csv", threads=1)
+        run_after_warmup(config, tmp_path / "other", manifests[3:], tmp_path / "aw2.csv", threads=1)
     # a manifest of seed 2 copied into seed 1's folder is not read as either seed's (lnrepro.integrity)
     shutil.copy(manifests[5], manifests[2])
     with pytest.raises(LnReproError, match=r"seed1/epochs/epoch003\.json: the record of run postln_warmup_isqrt "

@@ -639,8 +639,9 @@ def test_report_with_gradinit_and_partial_tree(tmp_path):
     gi = pd.DataFrame(_gradinit_rows())
     (exp_dir / "analysis").mkdir()
     gi.to_csv(exp_dir / "analysis" / "gradinit.csv", index=False)
-    pd.DataFrame(_gradinit_rows("after_warmup", (2,), seeds=SEEDS)).to_csv(
-        exp_dir / "analysis" / "gradinit_after_warmup.csv", index=False)
+    for seed in SEEDS:  # each seed's table, in its run folder
+        pd.DataFrame(_gradinit_rows("after_warmup", (2,), seeds=(seed,))).to_csv(
+            exp_dir / "runs" / "postln_warmup_isqrt" / f"seed{seed}" / "gradinit_after_warmup.csv", index=False)
     write_fit(gi, exp_dir / "analysis" / "gradinit_fit.csv")
     # the experiment as the CLI reads it back from experiment.json
     index = make_report(exp_dir, Experiment.read(exp_dir / "experiment.json"), exp_dir / "report")

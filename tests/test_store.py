@@ -17,9 +17,9 @@ from lnrepro import cli, store
 from lnrepro.io import json_text
 from lnrepro.paths import Paths
 
-# Two seeds of the demo pair; the measurement after warm-up needs every seed of its run in one part, so these
-# parts, split by seed, leave it out (lnrepro publish --status says so).
-TWO_SEEDS = "seeds: [1, 2]\nanalysis: {gradinit: {after_warmup_run: null}}\n"
+# Two seeds of the demo pair, whose postln_warmup_isqrt is measured after warm-up: each part, split by seed,
+# measures its own seed of it (an output of that unit).
+TWO_SEEDS = "seeds: [1, 2]\n"
 LAYERS = (*DEMO_PAIR, "two_seeds.yaml")
 P = Paths("demo")
 # What the report derives from time or from where a unit ran, which differs between any two runs of the same units:
@@ -84,8 +84,9 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     one = _workdir(base / "one")
     seed1 = [P.score(run, 1, "002") for run in ("postln_warmup_isqrt", "preln_nowarmup_step8")]
     log1 = snakemake(one, P.experiment_json, P.gradinit_csv, P.gradinit_fit_csv, *seed1,
-                     "--cores", "2", "--configfile", *LAYERS).stderr
-    assert _jobs(log1)["train_run"] == 2
+                     P.gradinit_after_warmup_csv("postln_warmup_isqrt", 1), "--cores", "2", "--configfile",
+                     *LAYERS).stderr
+    assert _jobs(log1)["train_run"] == 2 and _jobs(log1)["gradinit_after_warmup"] == 1
     _clean(one / P.root)
     store_dir = base / "published" / "demo"
     lnrepro = [sys.executable, "-m", "lnrepro"]
@@ -101,6 +102,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert "estimated" in status or "measured" in status
     command = shlex.split(status.strip().splitlines()[-1])
     assert command[0] == "snakemake" and not any("seed1" in c for c in command)
+    assert P.gradinit_after_warmup_csv("postln_warmup_isqrt", 2) in command
     assert command[-2:] == ["--configfile", str(store_dir / "study.yaml")]
     two = base / "two" / "repo"
     two.parent.mkdir()
@@ -108,7 +110,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     log2 = snakemake(two, *command[1:]).stderr
     jobs = _jobs(log2)
     assert jobs["train_run"] == 2 and jobs["score_checkpoint"] == 2  # only the missing units: seed 2 of each run
-    assert "gradinit" not in jobs
+    assert jobs["gradinit_after_warmup"] == 1 and "gradinit" not in jobs  # seed 2's, in the part that trains it
     assert not (two / P.root / "runs" / "postln_warmup_isqrt" / "seed1").exists()
     _clean(two / P.root)
     second = subprocess.run([*lnrepro, "publish", P.root, str(store_dir)], cwd=two, capture_output=True, text=True)
@@ -154,6 +156,7 @@ def test_store_report_equals_one_run_of_both_seeds(parts: dict[str, Path], tmp_p
     print("exempt (columns, rows):", {k: v for k, v in exempt.items() if v != ([], 0)})
     html = (store_dir / "report" / "index.html").read_text()
     assert "Incomplete" not in html
+    assert "seed 1: epoch 1" in html and "seed 2: epoch 1" in html  # measured after warm-up, each in its part
 
 
 def test_incomplete_store_says_so_first(parts: dict[str, Path]) -> None:
@@ -331,4 +334,24 @@ def test_a_partly_scored_unit_is_named_and_left_out(parts: dict[str, Path], tmp_
     (results / "runs" / "preln_nowarmup_step8" / "seed2" / "eval" / "epoch002.json").unlink()
     rc, out = _publish(parts["one"], _store_copy(parts, tmp_path), results=results, capsys=capsys)
     assert rc == 0 and "added 1, kept 0 (already stored, same identity), left out 1" in out
-    assert "left out preln_nowarmup_step8 seed 2: unfinished or partly scored: no eval/epoch002.json" in out
+    assert "left out preln_nowarmup_step8 seed 2: unfinished or partly done: no eval/epoch002.json" in out
+
+
+def test_a_unit_without_its_gradient_after_warmup_is_left_out(parts: dict[str, Path], tmp_path: Path,
+                                                                capsys) -> None:
+    """Part two without seed 2's gradinit_after_warmup.csv: that unit of the after-warm-up run is partly done."""
+    results = _results_copy(parts["two"], tmp_path)
+    (results / "runs" / "postln_warmup_isqrt" / "seed2" / "gradinit_after_warmup.csv").unlink()
+    rc, out = _publish(parts["one"], _store_copy(parts, tmp_path), results=results, capsys=capsys)
+    assert rc == 0 and "added 1, kept 0 (already stored, same identity), left out 1" in out
+    assert "left out postln_warmup_isqrt seed 2: unfinished or partly done: no gradinit_after_warmup.csv" in out
+
+
+def test_refuses_a_gradient_after_warmup_of_another_seed(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """Seed 1's table copied into seed 2's run folder is not seed 2's."""
+    results = _results_copy(parts["two"], tmp_path)
+    table = results / "runs" / "postln_warmup_isqrt" / "seed2" / "gradinit_after_warmup.csv"
+    shutil.copyfile(parts["one"] / P.gradinit_after_warmup_csv("postln_warmup_isqrt", 1), table)
+    out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
+    assert "postln_warmup_isqrt seed 2's records do not belong to the study" in out
+    assert f"{table}: not the table its settings give" in out

@@ -201,10 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gradinit-config", type=Path, required=True,
                    help="gradinit.json (gradinit_after_warmup.json with --after-warmup)")
     g.add_argument("--bpe", type=Path, required=True)
-    g.add_argument("--out", type=Path, required=True, help="gradinit.csv (gradinit_after_warmup.csv with --after-warmup)")
+    g.add_argument("--out", type=Path, required=True, help="gradinit.csv (the seed's gradinit_after_warmup.csv with --after-warmup)")
     g.add_argument("--fit", type=Path, help="gradinit_fit.csv: the last layer's value against depth, fitted")
     g.add_argument("--after-warmup", type=Path, nargs="+", metavar="MANIFEST",
-                   help="instead: measure analysis.gradinit.after_warmup_run at its end of warm-up (its epoch manifests)")
+                   help="instead: measure analysis.gradinit.after_warmup_run at its end of warm-up (one seed's epoch manifests)")
     g.add_argument("--threads", type=count, default=1)
     _add_device(g)
     g.set_defaults(func=_gradinit)

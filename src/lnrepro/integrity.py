@@ -380,17 +380,18 @@ def check_table(path: str | Path, df: pd.DataFrame, keys: Mapping[str, Iterable[
                            f"damaged table): {way_out}")
 
 
-def check_gradinit(path: str | Path, df: pd.DataFrame, experiment: Experiment, *, after_warmup: bool = False) -> None:
-    """``gradinit.csv`` (``gradinit_after_warmup.csv``) holds every model its settings measure, each whole, with
-    those settings: at init each norm variant it measured (every one a registered variant) at every depth and
-    seed of ``analysis.gradinit``; after warm-up the after-warm-up run at each of its seeds."""
+def check_gradinit(path: str | Path, df: pd.DataFrame, experiment: Experiment, *, seed: int | None = None) -> None:
+    """``gradinit.csv`` holds every model its settings measure, each whole, with those settings: each norm variant
+    it measured (every one a registered variant) at every depth and seed of ``analysis.gradinit``. With ``seed``,
+    ``gradinit_after_warmup.csv`` of that seed of the after-warm-up run: that one model, with every layer of each
+    stack and as many rows for each layer of a stack."""
     g = experiment.analysis.gradinit
     settings = {"batches": [g.batches], "max_tokens": [g.max_tokens], "precision": [g.precision]}
-    rule = "gradinit_after_warmup" if after_warmup else "gradinit"
-    if after_warmup:
-        run = experiment.runs[g.after_warmup_run]
-        models = {"checkpoint": ["after_warmup"], "run": [g.after_warmup_run], "norm": [run.model.norm],
-                  "depth": [run.model.decoder_layers], "seed": list(experiment.seeds_of(g.after_warmup_run))}
+    rule = "gradinit" if seed is None else "gradinit_after_warmup"
+    if seed is not None:
+        model = experiment.runs[g.after_warmup_run].model
+        models = {"checkpoint": ["after_warmup"], "run": [g.after_warmup_run], "norm": [model.norm],
+                  "depth": [model.decoder_layers], "seed": [seed]}
     else:
         measured = set(df["norm"].dropna())
         unknown = sorted(measured - set(NORMS))
@@ -400,7 +401,11 @@ def check_gradinit(path: str | Path, df: pd.DataFrame, experiment: Experiment, *
         models = {"checkpoint": ["init"], "norm": [n for n in NORMS if n in measured], "depth": list(g.depths),
                   "seed": list(g.seeds)}
     check_table(path, df, {**models, **settings}, rule=rule, per=[k for k in models if k != "seed"],
-                filled=["value", "updates"])
+                filled=["value", "updates", "stack", "layer"])
+    if seed is not None:  # one model: whole when every layer is there with as many rows as its stack's others
+        for stack, layers in (("enc", model.encoder_layers), ("dec", model.decoder_layers)):
+            check_table(path, df[df["stack"] == stack], {"stack": [stack], "layer": list(range(layers))}, rule=rule,
+                        per=["stack"])
 
 
 def check_gradinit_fit(path: str | Path, fit: pd.DataFrame, experiment: Experiment, norms: Iterable[str]) -> None:

@@ -108,6 +108,13 @@ class RunFolder:
     def hypotheses(self, ep: int | str = "{ep}", split: str = "{split}") -> str:
         return self._at(f"eval/epoch{_epoch(ep)}.{split}.hyp")
 
+    # ---- the gradient after warm-up (a unit of analysis.gradinit.after_warmup_run only) ------------------
+
+    @property
+    def gradinit_after_warmup(self) -> str:
+        """The gradient at this run and seed's end of warm-up (rule ``gradinit_after_warmup``)."""
+        return self._at("gradinit_after_warmup.csv")
+
     @classmethod
     def manifest_scored_by(cls, score: str | Path) -> Path:
         """The epoch manifest ``epochs/epochNNN.json`` of a score file ``eval/epochNNN.json`` (a scoring job is
@@ -245,9 +252,8 @@ class Paths:
     def gradinit_fit_csv(self) -> str:
         return f"{self.root}/analysis/gradinit_fit.csv"
 
-    @property
-    def gradinit_after_warmup_csv(self) -> str:
-        return f"{self.root}/analysis/gradinit_after_warmup.csv"
+    def gradinit_after_warmup_csv(self, run: str = "{run}", seed: str | int = "{seed}") -> str:
+        return self.run_folder(run, seed).gradinit_after_warmup
 
     @property
     def report(self) -> str:

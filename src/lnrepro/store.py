@@ -3,16 +3,17 @@
 A **unit** is one run and seed: its training and every scoring of its checkpoints. A **part** is any set of units
 run together on one machine (a results tree ``results/{exp}/``). ``publish(results, store)`` adds every finished
 and fully scored unit of a part to the store, with what the report reads and nothing else: config.json, run.json,
-summary.json, the epoch manifests, the score files, and the training log and hypotheses gzipped
-(``io.gzip_bytes``: equal records, equal bytes); never weights or ``state/``. The store's layout is the results
-tree's, so ``lnrepro report`` reads it as it reads one.
+summary.json, the epoch manifests, the score files, a unit of ``analysis.gradinit.after_warmup_run`` its
+gradient after warm-up (``gradinit_after_warmup.csv``, measured on its weights where it was trained), and the
+training log and hypotheses gzipped (``io.gzip_bytes``: equal records, equal bytes); never weights or ``state/``.
+The store's layout is the results tree's, so ``lnrepro report`` reads it as it reads one.
 
 Study-level items are stored once: the configuration slices (``experiment.json`` and the other ``*.json`` of the
 tree's root), the merged config they resolve from (``study.yaml``: a ``--configfile`` for later parts), the digests
-of the prepared splits, ``spm.model`` and the encoded splits, and the gradient-at-initialization tables. The index
-``store.json`` holds them and, per unit, its commit, the digest of each stored file and its identity: per record,
-the digest of what determines the results (resolved config, input digests, weights' digests, scores), not
-timestamps, durations or host.
+of the prepared splits, ``spm.model`` and the encoded splits, and the gradient-at-initialization tables
+(``gradinit.csv``, ``gradinit_fit.csv``). The index ``store.json`` holds them and, per unit, its commit, the digest
+of each stored file and its identity: per record, the digest of what determines the results (resolved config,
+input digests, weights' digests, scores), not timestamps, durations or host.
 
 A part is refused whole, the store unchanged, when it does not belong to the study: other resolved settings (a
 grid extended under its ``extended:`` may grow them), another study-level digest, a record from a checkout with
@@ -32,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from .analysis.results import read_after_warmup
 from .config import experiment, load_config
 from .config.settings import Experiment
 from .errors import LnReproError
@@ -40,7 +42,7 @@ from .paths import EXPERIMENT_JSON, STORE_CONFIG, STORE_INDEX, Paths, RunFolder
 from .integrity import check_run
 from .records import CheckpointScores, RunRecord
 
-ANALYSIS = ("gradinit.csv", "gradinit_fit.csv", "gradinit_after_warmup.csv")  # under analysis/, stored once
+ANALYSIS = ("gradinit.csv", "gradinit_fit.csv")  # under analysis/, stored once
 # Keys of a record that say when, where and how fast it was made: no part of a unit's identity.
 # The weights' digests carry whatever the software and hardware changed in the bits.
 _CIRCUMSTANCE = frozenset({"wall_s", "cpu_s", "decode_s", "sent_per_s", "where_ran", "threads", "job_checkpoints",
@@ -84,13 +86,16 @@ def units_of(exp: Experiment) -> list[Unit]:
 
 
 def unit_records(exp: Experiment, unit: Unit) -> list[str]:
-    """The files of a finished, fully scored unit, relative to its run folder, as training and scoring declare
-    them: config.json, run.json, summary.json, train.jsonl, each epoch manifest, each score file and hypotheses."""
+    """The files of a finished, fully scored unit, relative to its run folder, as training, scoring and the
+    measurement after warm-up declare them: config.json, run.json, summary.json, train.jsonl, each epoch manifest,
+    each score file and hypotheses, and for a unit of the after-warm-up run its gradinit_after_warmup.csv."""
     f, last = RunFolder(), exp.last_of(unit.run)
     names = [f.config, f.run_json, f.summary, f.train_jsonl, *f.epoch_manifests(last)]
     for splits, epochs in exp.eval.groups(last).items():
         for ep in epochs:
             names += [f.score(ep), *(f.hypotheses(ep, split) for split in splits)]
+    if unit.run == exp.after_warmup_run:
+        names.append(f.gradinit_after_warmup)
     return names
 
 
@@ -117,7 +122,8 @@ def _study_key(name: str) -> str:
 def record_problems(run_dir: Path, unit: Unit, exp: Experiment, study: dict[str, str], names: list[str]) -> list[str]:
     """What is wrong with a finished unit's records in ``run_dir``: records that do not belong together or to this
     run and seed (``integrity.check_run``: run.json and manifests against the config digest the study resolves,
-    score files against their manifests' weights and the study's scoring slices), config.json not the study's, an
+    score files against their manifests' weights and the study's scoring slices; the table after warm-up whole and
+    this seed's: ``analysis.results.read_after_warmup``), config.json not the study's, an
     input's digest not the study's (``study``: data and BPE), or a record trained or scored from a checkout with
     uncommitted changes (``git_dirty``).
     Empty when they belong to the study."""
@@ -137,6 +143,12 @@ def record_problems(run_dir: Path, unit: Unit, exp: Experiment, study: dict[str,
         out.append(f"{run_dir / 'run.json'}: git_dirty is true (trained from a checkout with uncommitted changes at "
                    f"{info.git_commit}): rerun the unit from a clean clone")
     out += _input_problems(run_dir / "run.json", info.inputs_sha256, study)
+    if RunFolder().gradinit_after_warmup in names:
+        table = run_dir / RunFolder().gradinit_after_warmup
+        try:
+            read_after_warmup(table, exp, unit.seed)
+        except LnReproError as e:
+            out.append(str(e))
     for name in names:
         if name.startswith("eval/") and name.endswith(".json"):
             scores = CheckpointScores.read(run_dir / name)
@@ -183,7 +195,7 @@ class Index:
     configfiles: list[str]
     study: dict[str, str]  # data and BPE file under results/{exp} -> sha256
     slices: dict[str, str]  # configuration slice (experiment.json, eval.json, ...) -> sha256
-    analysis: dict[str, str]  # analysis/gradinit*.csv -> sha256
+    analysis: dict[str, str]  # analysis/gradinit.csv and gradinit_fit.csv -> sha256
     units: dict[str, dict[str, Any]] = field(default_factory=dict)  # run/seedN -> commit, files, identity
 
     @classmethod
@@ -213,7 +225,7 @@ class Outcome:
 
     added: list[Unit] = field(default_factory=list)
     kept: list[Unit] = field(default_factory=list)
-    left_out: list[tuple[Unit, str]] = field(default_factory=list)  # unfinished or partly scored, and why
+    left_out: list[tuple[Unit, str]] = field(default_factory=list)  # unfinished or partly done, and why
     study: list[str] = field(default_factory=list)  # study-level items added
 
     def text(self, store: Path) -> str:
@@ -303,7 +315,7 @@ def publish(results: Path, store: Path, configfiles: list[str] | None = None) ->
         names = unit_records(exp, unit)
         absent = [n for n in names if not (run_dir / n).is_file()]
         if absent:
-            outcome.left_out.append((unit, "unfinished or partly scored: no " + ", ".join(absent[:4])
+            outcome.left_out.append((unit, "unfinished or partly done: no " + ", ".join(absent[:4])
                                      + (f" and {len(absent) - 4} more" if len(absent) > 4 else "")))
             continue
         problems = record_problems(run_dir, unit, exp, index.study, names)

@@ -9,7 +9,8 @@ the other hosts' units otherwise (their CPU flags or threads differ, or were not
 the cost is unknown. Scoring is not counted. A part takes whole seeds first (every run of one seed on one host
 keeps each per-seed comparison within a host), then single units of the next seed, while its training
 CPU-seconds fit the given minutes on the given cores; Snakemake schedules its jobs. Its targets are one score
-file of each of the units' scoring jobs (a job writes all its group's score files), the part's
+file of each of the units' scoring jobs (a job writes all its group's score files), a unit of the after-warm-up run
+its ``gradinit_after_warmup.csv`` (measured on that unit's weights, in the part that trains it), the part's
 ``experiment.json`` (which publish reads) and, while the store lacks them, the gradient-at-initialization tables.
 
 Before a study's first part there is no store: the study is then the one ``config.yaml`` (of the working
@@ -59,7 +60,7 @@ class Status:
     missing: list[Unit]
     cost_s: dict[Unit, float | None]  # training CPU-seconds of each missing unit here (None: unknown)
     rate_words: str  # how the CPU-seconds per update were found: measured, estimated or unknown
-    gradinit_missing: list[str]  # analysis tables the store lacks, as result paths
+    gradinit_missing: list[str]  # analysis tables the store lacks (gradinit.csv, gradinit_fit.csv), as result paths
     commits: list[str]  # the commits the stored units were trained at ([]: no store yet)
     configfiles: list[str]  # the part's --configfile layers: the store's study.yaml, or a first part's files
 
@@ -144,10 +145,7 @@ def first_part_status(store: Path, configfiles: list[str], threads: int | None =
 def _gradinit_tables(exp: Experiment) -> list[str]:
     """The study's gradient-at-initialization tables, as result paths."""
     paths = Paths(exp.name)
-    tables = [paths.gradinit_csv, paths.gradinit_fit_csv]
-    if exp.after_warmup_run:
-        tables.append(paths.gradinit_after_warmup_csv)
-    return tables
+    return [paths.gradinit_csv, paths.gradinit_fit_csv]
 
 
 def _unit_cost(exp: Experiment, unit: Unit, basis: list[StoredCost], costs: list[StoredCost]) -> float | None:
@@ -194,18 +192,16 @@ def part(st: Status, minutes: float | None, cores: int) -> list[Unit]:
 
 
 def targets(st: Status, units: list[Unit]) -> list[str]:
-    """The part's Snakemake targets: experiment.json, the gradinit tables the store lacks, and one score file of
-    each scoring job of each unit (the last epoch of each group of splits scored together)."""
+    """The part's Snakemake targets: experiment.json, the gradinit tables the store lacks, and of each unit one
+    score file of each of its scoring jobs (the last epoch of each group of splits scored together) and, for a unit
+    of the after-warm-up run, its gradinit_after_warmup.csv."""
     exp, paths = st.experiment, Paths(st.experiment.name)
-    out = [paths.experiment_json]
-    after = exp.after_warmup_run
-    for table in st.gradinit_missing:
-        # after warm-up needs every seed of its run in this part (its weights)
-        if table != paths.gradinit_after_warmup_csv or all(Unit(after, s) in units for s in exp.seeds_of(after)):
-            out.append(table)
+    out = [paths.experiment_json, *st.gradinit_missing]
     for u in units:
         last = exp.last_of(u.run)
         out += [paths.score(u.run, u.seed, f"{max(epochs):03d}") for epochs in exp.eval.groups(last).values()]
+        if u.run == exp.after_warmup_run:
+            out.append(paths.gradinit_after_warmup_csv(u.run, u.seed))
     return out
 
 
@@ -240,11 +236,6 @@ def report(st: Status, minutes: float | None, cores: int) -> str:
     total = _minutes(sum(c for c in cost if c is not None)) if all(c is not None for c in cost) else "unknown"
     lines.append(f"a part that {limit}: {len(chosen)} unit(s), {total} of training: "
                  + ", ".join(map(str, chosen)))
-    after = st.experiment.after_warmup_run
-    paths = Paths(st.experiment.name)
-    if paths.gradinit_after_warmup_csv in st.gradinit_missing and paths.gradinit_after_warmup_csv not in \
-            targets(st, chosen):
-        lines.append(f"  (gradinit_after_warmup.csv needs every seed of {after} in one part: not this one)")
     if st.commits:
         lines.append(f"run it from the root of a clean clone at the store's commit ({', '.join(st.commits)}), in "
                      "its own virtual environment:")

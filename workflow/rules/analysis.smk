@@ -4,8 +4,10 @@
 
 # The run measured after warm-up: analysis.gradinit.after_warmup_run when selected, else none.
 AFTER_WARMUP = X.after_warmup_run
-# What the report reads of this stage.
-GRADINIT_OUTPUTS = [P.gradinit_csv, P.gradinit_fit_csv] + ([P.gradinit_after_warmup_csv] if AFTER_WARMUP else [])
+# What the report reads of this stage: the tables at init and, per seed of the run measured after warm-up, its
+# table (an output of that unit, beside its training's).
+GRADINIT_OUTPUTS = [P.gradinit_csv, P.gradinit_fit_csv] + (
+    [P.gradinit_after_warmup_csv(AFTER_WARMUP, seed) for seed in X.seeds_of(AFTER_WARMUP)] if AFTER_WARMUP else [])
 
 
 rule gradinit:
@@ -31,22 +33,24 @@ rule gradinit:
 
 if AFTER_WARMUP:
 
-    # Every epoch manifest of the run, every seed: the job picks, per seed, the first epoch whose update count
-    # reaches T_warmup (which one is in the CSV's epoch column and the log).
+    # One job per seed of the run, on that seed's epoch manifests: it picks the first epoch whose update count
+    # reaches T_warmup (which one is in the CSV's epoch column and the log) and reads its weights, which only the
+    # part that trained the seed has.
     rule gradinit_after_warmup:
         input:
             config=P.gradinit_after_warmup_json,
             spm=P.spm_model[0],
             ids=P.bpe_ids,
-            manifests=[m for seed in X.seeds_of(AFTER_WARMUP)
-                       for m in P.epoch_manifests(X.last_of(AFTER_WARMUP), AFTER_WARMUP, seed)],
+            manifests=P.epoch_manifests(X.last_of(AFTER_WARMUP)),
         output:
-            P.gradinit_after_warmup_csv,
+            P.gradinit_after_warmup_csv(),
+        wildcard_constraints:
+            run=run_pattern([AFTER_WARMUP]),
         threads: res("gradinit_after_warmup").threads
         resources:
             **job_resources("gradinit_after_warmup"),
         log:
-            P.log("gradinit_after_warmup"),
+            P.log("gradinit_after_warmup", "{run}.seed{seed}"),
         conda:
             CONDA_ENV
         shell:

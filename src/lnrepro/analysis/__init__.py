@@ -8,7 +8,7 @@ Submodules are imported on use (matplotlib and torch are heavy):
 - ``lnrepro.analysis.report``: ``make_report(exp_dir, experiment, out_dir) -> Path`` (report/index.html, rendered
   through the Jinja2 templates of ``templates/``; ``experiment`` is the typed ``lnrepro.config.Experiment``)
 - ``lnrepro.analysis.gradinit``: ``run_gradinit(...)`` (analysis/gradinit.csv), ``run_after_warmup(...)``
-  (analysis/gradinit_after_warmup.csv)
+  (runs/{run}/seed{seed}/gradinit_after_warmup.csv, one per seed)
 - ``lnrepro.analysis.gradinit_fit``: the fit over depths (analysis/gradinit_fit.csv) and the views of gradinit.csv
   the figures and the report share
 """

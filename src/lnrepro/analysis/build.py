@@ -36,7 +36,7 @@ class ReportData:
     experiment: Experiment
     agg: ag.Aggregate
     study: st.Study
-    gradinit: pd.DataFrame | None  # analysis/gradinit.csv (+ gradinit_after_warmup.csv), None when not computed
+    gradinit: pd.DataFrame | None  # analysis/gradinit.csv + each seed's gradinit_after_warmup.csv; None: not computed
     gradinit_fit: pd.DataFrame | None  # analysis/gradinit_fit.csv
     gradinit_missing: str  # why gradinit is None
     gradinit_depth: int | None  # the depth Figure 3(a)/(b) shows

@@ -31,7 +31,8 @@ Decisions:
 - Batches: K of the fairseq-style token-bounded training batches, chosen at random (seeded) without
   replacement, so that they are not the shortest-first batches at the front of the list.
 - After warm-up (Figure 3(a)/(b)): the same measurement on the first checkpoint of a Post-LN run with warm-up
-  whose update count reaches T_warmup (``run_after_warmup``), one per trained seed, on that seed's batches.
+  whose update count reaches T_warmup (``run_after_warmup``), one job and table per trained seed (an output of
+  that run and seed, made where its weights are), on that seed's batches.
 - Running moments (Welford's update) instead of K stored gradients: one mean per matrix, so memory does not
   grow with K at the paper's width and depth.
 - Settings from the job's slice (``lnrepro.config.GradinitConfig``: gradinit.json, gradinit_after_warmup.json),
@@ -314,9 +315,9 @@ def warmup_end_checkpoints(manifests: Iterable[Path], run: str,
 
 def run_after_warmup(config: GradinitConfig, bpe_dir: Path, manifests: Iterable[Path], out_csv: Path,
                      threads: int, device: str = DEFAULT_DEVICE) -> pd.DataFrame:
-    """The measurement on ``analysis.gradinit.after_warmup_run``'s checkpoint at the end of warm-up, one per seed
-    of ``manifests`` (every epoch manifest of that run), on that seed's batches, on ``device``. Writes
-    ``out_csv``."""
+    """The measurement on ``analysis.gradinit.after_warmup_run``'s checkpoint at the end of warm-up, of the one
+    seed of ``manifests`` (its epoch manifests), on that seed's batches, on ``device``. Writes ``out_csv``, that
+    unit's ``gradinit_after_warmup.csv``."""
     from ..evaluate.score import check_bpe
     from ..model import load_model
 
@@ -324,9 +325,13 @@ def run_after_warmup(config: GradinitConfig, bpe_dir: Path, manifests: Iterable[
     if run is None or t_warmup is None:  # gradinit.json, the init job's slice, has neither
         raise LnReproError("gradinit --after-warmup: the slice names no after_warmup_run with its T_warmup "
                            "(expected gradinit_after_warmup.json)")
+    chosen = warmup_end_checkpoints(manifests, run, t_warmup)
+    if len(chosen) != 1:
+        raise LnReproError(f"gradinit --after-warmup: manifests of {run} seeds {sorted(chosen)}; the table is one "
+                           "unit's: give the epoch manifests of one seed")
     job = _Job(config, bpe_dir, threads, device)
     rows: list[dict[str, Any]] = []
-    for seed, (path, m) in warmup_end_checkpoints(manifests, run, t_warmup).items():
+    for seed, (path, m) in chosen.items():
         check_bpe(m, path, bpe_dir)  # the checkpoint's own BPE model and data, as scoring checks them
         print(f"gradinit after warm-up: {run} seed {seed}: epoch {m.epoch} ({m.updates} updates, "
               f"T_warmup {t_warmup}), {path}", flush=True)

@@ -52,7 +52,7 @@ class Results:
     """The whole results tree of one experiment, read once."""
 
     seeds: list[SeedResults]  # in ``select`` order, then seed order
-    gradinit: pd.DataFrame | None  # analysis/gradinit.csv (+ gradinit_after_warmup.csv); None when not computed
+    gradinit: pd.DataFrame | None  # analysis/gradinit.csv + each seed's gradinit_after_warmup.csv; None: not computed
     gradinit_fit: pd.DataFrame | None  # analysis/gradinit_fit.csv
     gradinit_missing: str  # why gradinit is None ("" when it is not)
 
@@ -124,11 +124,21 @@ def _analysis_csv(path: Path, columns: list[str]) -> pd.DataFrame | None:
     return df
 
 
+def read_after_warmup(path: Path, experiment: Experiment, seed: int) -> pd.DataFrame | None:
+    """The gradinit_after_warmup.csv of ``seed`` of the after-warm-up run at ``path`` (None when absent), checked
+    whole and that seed's (``integrity.check_gradinit``)."""
+    after = _analysis_csv(path, GRADINIT_COLUMNS)
+    if after is not None:
+        check_gradinit(path, after, experiment, seed=seed)
+    return after
+
+
 def _read_gradinit(exp_dir: Path, paths: Paths, experiment: Experiment
                    ) -> tuple[pd.DataFrame | None, pd.DataFrame | None, str]:
-    """analysis/gradinit.csv with the rows of gradinit_after_warmup.csv appended when the experiment measures
-    one (its after_warmup_run is selected) and it exists, and gradinit_fit.csv (None when absent), each checked
-    whole against the gradinit settings; without gradinit.csv (None, None, the reason)."""
+    """analysis/gradinit.csv with the rows of each seed's gradinit_after_warmup.csv appended when the experiment
+    measures one (its after_warmup_run is selected; a seed's table, an output of that unit, where it exists), and
+    gradinit_fit.csv (None when absent), each checked whole against the gradinit settings (a seed's table: that
+    seed's); without gradinit.csv (None, None, the reason)."""
     def local(path: str) -> Path:
         return exp_dir / Path(path).relative_to(paths.root)
 
@@ -136,10 +146,10 @@ def _read_gradinit(exp_dir: Path, paths: Paths, experiment: Experiment
     if gi is None:
         return None, None, f"not computed (no {Path(paths.gradinit_csv).relative_to(paths.root)})"
     check_gradinit(local(paths.gradinit_csv), gi, experiment)
-    if experiment.analysis.gradinit.after_warmup_run in experiment.runs:
-        after = _analysis_csv(local(paths.gradinit_after_warmup_csv), GRADINIT_COLUMNS)
+    run = experiment.after_warmup_run
+    for seed in experiment.seeds_of(run) if run else ():
+        after = read_after_warmup(local(paths.gradinit_after_warmup_csv(run, seed)), experiment, seed)
         if after is not None:
-            check_gradinit(local(paths.gradinit_after_warmup_csv), after, experiment, after_warmup=True)
             gi = pd.concat([gi, after], ignore_index=True)
     fit = _analysis_csv(local(paths.gradinit_fit_csv), FIT_COLUMNS)
     if fit is not None:
