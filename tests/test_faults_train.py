@@ -62,13 +62,19 @@ def no_leftovers(run: Path) -> None:
     assert not list(run.rglob("*.tmp"))
 
 
+def _interruptible() -> None:
+    """Ctrl-C's default action in the child, as in a terminal: a test run in the background inherits SIGINT
+    ignored, and a Python started so never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn(run: Path, cfg: Path, bpe: Path, stderr: Path) -> subprocess.Popen:
     """A real `lnrepro train` process, its stderr in a file."""
     env = {**os.environ, "PYTHONPATH": f"{SRC_DIR}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     with open(stderr, "wb") as err:
         return subprocess.Popen([sys.executable, "-m", "lnrepro", "train", "--config", str(cfg), "--bpe", str(bpe),
                                  "--run-dir", str(run), "--threads", "1"], env=env, stdout=subprocess.DEVNULL,
-                                stderr=err)
+                                stderr=err, preexec_fn=_interruptible)
 
 
 def wait_for(pred, what: str, timeout: float = 600) -> None:  # generous: a loaded machine is slow, not wrong
