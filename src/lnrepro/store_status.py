@@ -237,8 +237,9 @@ def report(st: Status, minutes: float | None, cores: int) -> str:
     lines.append(f"a part that {limit}: {len(chosen)} unit(s), {total} of training: "
                  + ", ".join(map(str, chosen)))
     if st.commits:
-        lines.append(f"run it from the root of a clean clone at the store's commit ({', '.join(st.commits)}), in "
-                     "its own virtual environment:")
+        lines.append(f"run it from the root of a clean clone whose training and scoring are bitwise those of the "
+                     f"store's commit ({', '.join(st.commits)}: the exact-result tests say so), in its own virtual "
+                     "environment:")
     else:
         lines.append("run it from the root of a clean clone of this checkout's commit (the store's, once published), "
                      "in its own virtual environment:")
