@@ -55,7 +55,9 @@ class RunCheck:
     experiment to take it from). epochs: the configured epochs (None when nothing says). epochs_trained: the
     epochs whose manifest is on disk; epochs_ok: those of them with weights (status ok). epochs_scored: the
     epochs with a score file. training_complete: ``summary.json`` is on disk (training ended: completed,
-    diverged or at max_updates) and its log and manifests are whole. status: the summary's status, or None."""
+    diverged or at max_updates) and its log and manifests are whole. status: the summary's status, or None.
+    manifests, scores, summary, log: the records as checked, by epoch (read once: the report takes them from
+    here)."""
 
     run: str
     seed: int
@@ -66,6 +68,10 @@ class RunCheck:
     epochs_scored: tuple[int, ...]
     training_complete: bool
     status: RunStatus | None
+    manifests: dict[int, EpochManifest]
+    scores: dict[int, CheckpointScores]
+    summary: RunSummary | None
+    log: TrainLog | None
 
 
 @dataclass(frozen=True)
@@ -218,7 +224,7 @@ def _check_summary(folder: RunFolder, s: RunSummary, run: str, seed: int, epochs
                            f"{path} records {s.updates}: the two are of different trainings; {way_out}")
 
 
-def _check_log(folder: RunFolder, s: RunSummary, run: str, experiment: Experiment | None) -> None:
+def _check_log(folder: RunFolder, s: RunSummary, run: str, experiment: Experiment | None) -> TrainLog:
     """A finished training's train.jsonl must hold what its summary says was trained: every completed epoch's
     record, the last logged update and the finished record at the summary's updates."""
     path = Path(folder.train_jsonl)
@@ -240,6 +246,7 @@ def _check_log(folder: RunFolder, s: RunSummary, run: str, experiment: Experimen
             f"{epochs[-1] if epochs else None}, {'with' if log.finished else 'without'} the finished record, but "
             f"{folder.summary} records {s.updates} updates, {s.epochs_completed} epochs completed and the last "
             f"logged update {s.final_loss_update}: its curves would stop early; {way_out}")
+    return log
 
 
 def _check_score(path: Path, ep: int, sc: CheckpointScores, manifest: EpochManifest | None, run: str, seed: int,
@@ -333,17 +340,22 @@ def check_run(run_dir: str | Path, run: str, seed: int, *, config_sha256: str | 
     summary_path = Path(folder.summary)
     summary = (_read(RunSummary, summary_path, _rewrite_outputs(summary_path, experiment, run))
                if summary_path.is_file() else None)
+    log_path = Path(folder.train_jsonl)
     if summary is not None:
         _check_summary(folder, summary, run, seed, epochs, manifests, experiment)
-        _check_log(folder, summary, run, experiment)
+        log = _check_log(folder, summary, run, experiment)
+    else:  # still training: the log so far
+        log = read_train_log(log_path) if text_exists(log_path) else None
 
-    for ep, p in score_files.items():
-        _check_score(p, ep, _read(CheckpointScores, p, rewrite(p)), manifests.get(ep), run, seed, experiment, folder)
+    scores = {ep: _read(CheckpointScores, p, rewrite(p)) for ep, p in score_files.items()}
+    for ep, sc in scores.items():
+        _check_score(score_files[ep], ep, sc, manifests.get(ep), run, seed, experiment, folder)
 
     return RunCheck(run=run, seed=seed, config_sha256=config, epochs=epochs, epochs_trained=tuple(manifests),
                     epochs_ok=tuple(ep for ep, m in manifests.items() if m.status == RunStatus.OK),
                     epochs_scored=tuple(score_files), training_complete=summary is not None,
-                    status=summary.status if summary is not None else None)
+                    status=summary.status if summary is not None else None, manifests=manifests, scores=scores,
+                    summary=summary, log=log)
 
 
 def check_table(path: str | Path, df: pd.DataFrame, keys: Mapping[str, Iterable[Any]], *, rule: str,

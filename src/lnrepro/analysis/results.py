@@ -15,20 +15,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pandas as pd
 
 from ..config.settings import Experiment
 from ..errors import LnReproError
-from ..integrity import check_gradinit, check_gradinit_fit, check_run, read_train_log, rewrite
-from ..io import read_json, text_exists
+from ..integrity import check_gradinit, check_gradinit_fit, check_run, rewrite
+from ..io import read_json
 from ..paths import Paths
-from ..records import CheckpointScores, EpochManifest, Record, RunSummary
+from ..records import CheckpointScores, EpochManifest, RunSummary
 from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
 from .gradinit_fit import FIT_COLUMNS
 
-R = TypeVar("R", bound=Record)
 
 
 @dataclass(frozen=True)
@@ -81,32 +80,18 @@ def _optional_json(path: Path) -> dict[str, Any] | None:
     return obj
 
 
-def _optional_record(cls: type[R], path: Path) -> R | None:
-    """A record whose stage may not have run yet (None); a corrupt one is still an error, naming the command that
-    writes it again."""
-    if not path.exists():
-        return None
-    try:
-        return cls.read(path)
-    except LnReproError as e:
-        raise LnReproError(f"{e}; {rewrite(path)}") from e
-
-
 def _read_seed(exp_dir: Path, paths: Paths, experiment: Experiment, run: str, seed: int) -> SeedResults:
     def local(path: str) -> Path:  # a path of the layout, under exp_dir (the report may read a copied tree)
         return exp_dir / Path(path).relative_to(paths.root)
 
     folder = local(paths.run_dir(run, seed))
-    check_run(folder, run, seed, experiment=experiment)
-    n = experiment.last_of(run)
-    log = read_train_log(folder / "train.jsonl") if text_exists(folder / "train.jsonl") else None
+    check = check_run(folder, run, seed, experiment=experiment)  # reads each record once, whole
+    n, log = experiment.last_of(run), check.log
     return SeedResults(
         run=run, seed=seed, epochs=n,
-        manifests={ep: _optional_record(EpochManifest, local(paths.epoch_manifest(run, seed, f"{ep:03d}")))
-                   for ep in range(1, n + 1)},
-        scores={ep: _optional_record(CheckpointScores, local(paths.score(run, seed, f"{ep:03d}")))
-                for ep in range(1, n + 1)},
-        summary=_optional_record(RunSummary, local(paths.summary(run, seed))),
+        manifests={ep: check.manifests.get(ep) for ep in range(1, n + 1)},
+        scores={ep: check.scores.get(ep) for ep in range(1, n + 1)},
+        summary=check.summary,
         run_info=_optional_json(folder / "run.json"),
         steps=log.steps if log else {}, lrs=log.lrs if log else {})
 
