@@ -166,6 +166,26 @@ def test_an_arm_that_diverged_everywhere_is_said_not_a_crash():
     assert "No validation BLEU gap: an arm has no finished seed at any scored epoch." in text
 
 
+def test_seeds_not_run_yet_neither_reach_nor_fail_a_target():
+    """A study stored in parts: seed 3 of every run has no record yet (every checkpoint missing). The times to
+    quality count the seeds that ran, and the Answer says which are not run; a seed that diverged still counts."""
+    t = epochs_table()
+    t.loc[t["seed"] == 3, "status"] = ag.STATUS_MISSING
+    t.loc[t["seed"] == 3, ["valid_bleu_tok", "valid_loss_base2"]] = float("nan")
+    a = an.answer(PAPER, t, "valid")
+    fig4 = a.time_to_quality[(a.time_to_quality["pair"] == "figure4") & (a.time_to_quality["metric"] == "valid_bleu_tok")]
+    assert (fig4["status"] == "reached").all() and (fig4["n_seeds"] == 2).all()
+    assert a.not_run.startswith("These records hold 16 of the 24 trainings") and "seed 3 of each run" in a.not_run
+    assert an.sentences(a, PAPER, "valid")[1] == a.not_run
+    dead = (t["run"] == "preln_nowarmup_step8") & (t["seed"] == 2)
+    t.loc[dead, "status"] = "diverged"
+    t.loc[dead, ["valid_bleu_tok", "valid_loss_base2"]] = float("nan")
+    t2 = an.answer(PAPER, t, "valid").time_to_quality
+    to = t2[(t2["pair"] == "figure4") & (t2["metric"] == "valid_bleu_tok") & (t2["arm"] == "to")]
+    assert (to["status"] == "not reached").all() and (to["n_seeds"] == 2).all() and (to["n_reached"] == 1).all()
+    assert an.answer(PAPER, epochs_table(), "valid").not_run == ""
+
+
 def test_runs_of_two_lengths_are_compared_at_the_epochs_both_have():
     """Figure 4's pair trains 30 epochs, the other cells 20: the pair's gap, times to quality and final gap run to
     epoch 30, every step of the decomposition (through 20-epoch cells) to epoch 20, the end point each run's own."""

@@ -46,7 +46,8 @@ import numpy as np
 import pandas as pd
 
 from ..config.settings import FACTOR_KEYS, Experiment, ReportSettings
-from .aggregate import ANNEALED, IMPROVING, UNDETERMINED, WORSENING, slope_fit, slope_label, step_cuts
+from .aggregate import (ANNEALED, IMPROVING, STATUS_MISSING, UNDETERMINED, WORSENING, slope_fit, slope_label,
+                        step_cuts)
 from .budget import COST, LEVEL, OK, mean_interval
 from .effects import welch
 from .tables import grid_of
@@ -109,6 +110,7 @@ class Answer:
     endpoint_gap: pd.DataFrame
     settings: ReportSettings
     notes: list[str] = field(default_factory=list)  # cells of the cube not selected, ...
+    not_run: str = ""  # which of the Answer's planned trainings have no record yet ("" when all have one)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {"time_to_quality": self.time_to_quality, "decomposition": self.decomposition, "gap": self.gap,
@@ -192,6 +194,27 @@ def _paths(experiment: Experiment, pair: Pair, cube: dict[tuple, str]) -> tuple[
 # --- time to quality
 
 
+def run_seeds(epochs: pd.DataFrame, run: str) -> set[int]:
+    """The seeds of ``run`` with a record: a seed whose every checkpoint is missing has not been run (a study
+    stored in parts), so it neither reaches nor fails a target; a diverged or failed seed counts."""
+    g = epochs[(epochs["run"] == run) & (epochs["status"] != STATUS_MISSING)]
+    return {int(s) for s in g["seed"].unique()}
+
+
+def not_run_sentence(epochs: pd.DataFrame, runs: Sequence[str]) -> str:
+    """Which planned seeds of ``runs`` have no record yet, in one sentence ("" when every one has)."""
+    planned = {r: {int(s) for s in epochs[epochs["run"] == r]["seed"].unique()} for r in runs}
+    missing = {r: sorted(planned[r] - run_seeds(epochs, r)) for r in runs}
+    if not any(missing.values()):
+        return ""
+    n_missing, n_planned = sum(map(len, missing.values())), sum(map(len, planned.values()))
+    same = len({tuple(v) for v in missing.values()}) == 1
+    what = (f"seed{'s' if len(missing[runs[0]]) > 1 else ''} {' and '.join(map(str, missing[runs[0]]))} of each run"
+            if same else f"{n_missing} of them")
+    return (f"These records hold {n_planned - n_missing} of the {n_planned} trainings these comparisons plan "
+            f"({what} not run yet): every number below is from the seeds that are.")
+
+
 def _seed_curves(epochs: pd.DataFrame, run: str, col: str) -> dict[int, pd.DataFrame]:
     """Per seed of ``run``: its scored checkpoints (status ok, a value of ``col``), by epoch."""
     g = epochs[(epochs["run"] == run) & (epochs["status"] == OK) & epochs[col].notna()].sort_values("epoch")
@@ -254,7 +277,7 @@ def _time_rows(epochs: pd.DataFrame, pair: Pair, metric: str, last: int, setting
         arms = []
         for arm, run in (("from", pair.from_run), ("to", pair.to_run)):
             seeds = curves[run]
-            n_all = int(epochs[(epochs["run"] == run)]["seed"].nunique())
+            n_all = len(run_seeds(epochs, run))
             hits = {s: crossing(c, metric, target, bleu) for s, c in seeds.items()}
             reached = {s: x for s, (x, _) in hits.items() if not math.isnan(x["epochs"])}
             per[run] = reached
@@ -428,7 +451,8 @@ def answer(experiment: Experiment, epochs: pd.DataFrame, split: str) -> Answer:
     endpoint = endpoint_table(epochs, experiment, runs, split, settings)
     return Answer(pair, "", cube, pairs, paths, time_to_quality(epochs, experiment, pairs, split, settings),
                   decomposition(epochs, experiment, paths, split), gap_table(epochs, experiment, pair, split), endpoint,
-                  endpoint_gap_table(epochs, experiment, pairs, endpoint, split, settings), settings, notes)
+                  endpoint_gap_table(epochs, experiment, pairs, endpoint, split, settings), settings, notes,
+                  not_run_sentence(epochs, runs))
 
 
 # --- the section's sentences and page tables (filled in from the tables above; no new statistics)
@@ -683,7 +707,8 @@ def sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
     if a.pair is None:
         return [f"No answer for this experiment: {a.note}. The Answer section needs both runs of Figure 4's pair."]
     bleu, loss = f"{split}_bleu_tok", f"{split}_loss_base2"
-    out = [_verdict(a, experiment, bleu), _speed_sentence(a, experiment, bleu), _lengths_sentence(a, experiment),
+    out = [_verdict(a, experiment, bleu), a.not_run, _speed_sentence(a, experiment, bleu),
+           _lengths_sentence(a, experiment),
            _other_targets_sentence(a, bleu, loss), _gap_sentence(a, bleu, experiment),
            _gap_sentence(a, loss, experiment)]
     g = a.gap[(a.gap["metric"] == bleu) & a.gap["change"].notna()]
