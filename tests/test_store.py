@@ -100,6 +100,7 @@ def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                             cwd=one, capture_output=True, text=True, check=True).stdout
     assert "2 of 4 units stored" in status and "missing: postln_warmup_isqrt seed 2" in status
     assert "estimated" in status or "measured" in status
+    assert "of scoring" in status  # the stored units' score files record their CPU time
     command = shlex.split(status.strip().splitlines()[-1])
     assert command[0] == "snakemake" and not any("seed1" in c for c in command)
     assert P.gradinit_after_warmup_csv("postln_warmup_isqrt", 2) in command

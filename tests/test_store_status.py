@@ -70,3 +70,18 @@ def test_without_the_encoded_split_it_names_the_command_that_makes_it(tmp_path: 
     assert "encoded train split" in proc.stderr
     assert shlex.join(["snakemake", "--until", "apply_bpe", "--cores", "1", "--configfile", *DEMO_PAIR]) in proc.stderr
     assert not (work / "published" / "demo").exists() and not (work / "results").exists()
+
+
+def test_a_part_counts_scoring_beside_training() -> None:
+    """Two units of 30 CPU-minutes of training each fit one hour on one core; with 5 minutes of scoring each, only
+    one does. A unit whose scoring is unknown counts its training alone."""
+    from lnrepro.store import Unit
+    from lnrepro.store_status import Status, part
+    units = [Unit("a", 1), Unit("b", 1)]
+
+    def status(score_s: float | None) -> Status:
+        return Status(Path("store"), None, [], units, {u: 1800.0 for u in units}, {u: score_s for u in units},
+                      "measured", [], ["c"], [])
+
+    assert part(status(None), 60, 1) == units
+    assert part(status(300.0), 60, 1) == units[:1]

@@ -6,7 +6,9 @@ are missing. A missing unit costs its training updates (batches per epoch of a s
 where the store holds units trained on this host (``lnrepro.host.host_key``: the CPU flags and threads of
 run.json's ``host``; the median over the run's own stored units, else over all of them), and **estimated** from
 the other hosts' units otherwise (their CPU flags or threads differ, or were not recorded); with no unit stored
-the cost is unknown. Scoring is not counted. A part takes whole seeds first (every run of one seed on one host
+the cost is unknown. Scoring is counted the same way: the CPU-seconds of a stored unit's score files (each
+records its share of its job), the median over the run's own units of the same basis, else over all of them;
+before a first part it is unknown and not counted. A part takes whole seeds first (every run of one seed on one host
 keeps each per-seed comparison within a host), then single units of the next seed, while its training
 CPU-seconds fit the given minutes on the given cores; Snakemake schedules its jobs. Its targets are one score
 file of each of the units' scoring jobs (a job writes all its group's score files), a unit of the after-warm-up run
@@ -47,6 +49,7 @@ class StoredCost:
     batches_per_epoch: int
     updates: int
     cpu_s_per_update: float | None
+    score_cpu_s: float | None  # its score files' CPU-seconds (None: none recorded)
     host: str | None  # lnrepro.host.host_key of its run.json's host (None: not recorded)
 
 
@@ -59,6 +62,7 @@ class Status:
     stored: list[Unit]
     missing: list[Unit]
     cost_s: dict[Unit, float | None]  # training CPU-seconds of each missing unit here (None: unknown)
+    score_s: dict[Unit, float | None]  # scoring CPU-seconds of each missing unit here (None: unknown)
     rate_words: str  # how the CPU-seconds per update were found: measured, estimated or unknown
     gradinit_missing: list[str]  # analysis tables the store lacks (gradinit.csv, gradinit_fit.csv), as result paths
     commits: list[str]  # the commits the stored units were trained at ([]: no store yet)
@@ -72,8 +76,10 @@ def _stored_costs(store: Path, exp: Experiment, index: Index) -> list[StoredCost
         info, summary = read_json(folder / "run.json"), RunSummary.read(folder / "summary.json")
         RunRecord.from_dict(info, str(folder / "run.json"))
         rate = summary.train_cpu_s / summary.updates if summary.train_cpu_s and summary.updates else None
+        scores = [read_json(p).get("cpu_s") for p in sorted((folder / "eval").glob("epoch*.json"))]
+        score = float(sum(scores)) if scores and all(isinstance(c, (int, float)) for c in scores) else None
         out.append(StoredCost(entry["run"], int(info["config"]["train"]["max_tokens"]), int(info["batches_per_epoch"]),
-                              summary.updates, rate, host_key(info["host"]) if info.get("host") else None))
+                              summary.updates, rate, score, host_key(info["host"]) if info.get("host") else None))
     return out
 
 
@@ -108,11 +114,12 @@ def status(store: Path, threads: int | None = None, configfiles: list[str] | Non
     else:
         words = "unknown: no stored unit records its training CPU time"
     cost_s = {u: _unit_cost(exp, u, basis, costs) for u in missing}
+    score_s = {u: _median_of_run([(c.run, c.score_cpu_s) for c in basis], u.run) for u in missing}
     paths = Paths(exp.name)
     gradinit = [t for t in _gradinit_tables(exp) if str(Path(t).relative_to(paths.root)) not in index.analysis]
     commits = sorted({str(e.get("git_commit")) for e in index.units.values()})
-    return Status(store, exp, [u for u in units if u.key in index.units], missing, cost_s, words, gradinit, commits,
-                  [str(store / STORE_CONFIG)])
+    return Status(store, exp, [u for u in units if u.key in index.units], missing, cost_s, score_s, words, gradinit,
+                  commits, [str(store / STORE_CONFIG)])
 
 
 def first_part_status(store: Path, configfiles: list[str], threads: int | None = None) -> Status:
@@ -139,7 +146,8 @@ def first_part_status(store: Path, configfiles: list[str], threads: int | None =
     words = (f"measured here ({here}): {cost.timed} updates timed after {WARMUP} warm-up, per model shape "
              f"({cost.shapes} shape(s)), on the first batches of {bpe}/train.*.ids")
     cost_s = {u: cost.updates[(u.run, u.seed)] * cost.cpu_s_per_update[u.run] for u in units}
-    return Status(store, exp, [], units, cost_s, words, _gradinit_tables(exp), [], list(configfiles))
+    return Status(store, exp, [], units, cost_s, {u: None for u in units}, words, _gradinit_tables(exp), [],
+                  list(configfiles))
 
 
 def _gradinit_tables(exp: Experiment) -> list[str]:
@@ -162,14 +170,21 @@ def _unit_cost(exp: Experiment, unit: Unit, basis: list[StoredCost], costs: list
         updates = min(updates, train.max_updates) if train.max_updates else updates
     else:
         return None
-    rates = [c.cpu_s_per_update for c in basis if c.run == unit.run] or [c.cpu_s_per_update for c in basis]
-    return updates * statistics.median(rates) if rates else None
+    rate = _median_of_run([(c.run, c.cpu_s_per_update) for c in basis], unit.run)
+    return None if rate is None else updates * rate
+
+
+def _median_of_run(values: list[tuple[str, float | None]], run: str) -> float | None:
+    """The median of ``run``'s recorded values, else of all recorded values (None: none recorded)."""
+    known = [(r, v) for r, v in values if v is not None]
+    own = [v for r, v in known if r == run] or [v for _, v in known]
+    return statistics.median(own) if own else None
 
 
 def part(st: Status, minutes: float | None, cores: int) -> list[Unit]:
     """The missing units of a part that fits ``minutes`` on ``cores`` (all of them without a limit): whole seeds
-    first, in seed order, then single units of the next seed; at least one unit. Units of unknown cost count
-    as fitting."""
+    first, in seed order, then single units of the next seed; at least one unit. A unit costs its training and
+    scoring; an unknown cost counts as nothing."""
     if minutes is None:
         return list(st.missing)
     budget = minutes * 60 * cores
@@ -178,17 +193,21 @@ def part(st: Status, minutes: float | None, cores: int) -> list[Unit]:
     spent = 0.0
     for seed in seeds:
         units = [u for u in st.missing if u.seed == seed]
-        cost = sum(st.cost_s[u] or 0.0 for u in units)
+        cost = sum(_cost(st, u) for u in units)
         if spent + cost <= budget:
             chosen += units
             spent += cost
             continue
         for u in units:
-            if spent + (st.cost_s[u] or 0.0) <= budget:
+            if spent + _cost(st, u) <= budget:
                 chosen.append(u)
-                spent += st.cost_s[u] or 0.0
+                spent += _cost(st, u)
         break
     return chosen or st.missing[:1]
+
+
+def _cost(st: Status, u: Unit) -> float:
+    return (st.cost_s[u] or 0.0) + (st.score_s[u] or 0.0)
 
 
 def targets(st: Status, units: list[Unit]) -> list[str]:
@@ -216,26 +235,31 @@ def _minutes(seconds: float | None) -> str:
     return "unknown" if seconds is None else f"{seconds / 60:.1f} CPU-min"
 
 
+def _cost_words(train: list[float | None], score: list[float | None]) -> str:
+    """'T CPU-min of training and S of scoring' (scoring left out where unknown for any unit)."""
+    t = _minutes(sum(c for c in train if c is not None)) if train and all(c is not None for c in train) else "unknown"
+    if not score or any(c is None for c in score):
+        return f"{t} of training (scoring not counted: no stored score records its CPU time)"
+    return f"{t} of training and {sum(score) / 60:.1f} of scoring"
+
+
 def report(st: Status, minutes: float | None, cores: int) -> str:
     """The status as printed: stored and missing units, their cost, and the command of the next part."""
     n, k = len(st.stored) + len(st.missing), len(st.stored)
     lines = [f"{st.store}: study {st.experiment.name}, {k} of {n} units stored"
              + ("" if st.commits else " (no store yet: the study of config.yaml and --configfile)")]
     lines += [f"  stored: {u}" for u in st.stored]
-    lines += [f"  missing: {u} ({_minutes(st.cost_s[u])} of training)" for u in st.missing]
+    lines += [f"  missing: {u} ({_cost_words([st.cost_s[u]], [st.score_s[u]])})" for u in st.missing]
     lines += [f"  gradinit: {Path(t).name} not stored" for t in st.gradinit_missing]
     if not st.missing:
         lines.append("complete: every unit is stored")
         return "\n".join(lines) + "\n"
-    known = [c for c in st.cost_s.values() if c is not None]
-    lines.append(f"cost of the missing units here: {_minutes(sum(known)) if known else 'unknown'} of training "
-                 f"(CPU-seconds per update {st.rate_words}; scoring not counted)")
+    lines.append(f"cost of the missing units here: {_cost_words(list(st.cost_s.values()), list(st.score_s.values()))}"
+                 f" (CPU-seconds per update {st.rate_words})")
     chosen = part(st, minutes, cores)
     limit = f"fits {minutes:g} minutes on {cores} core(s)" if minutes is not None else "every missing unit"
-    cost = [st.cost_s[u] for u in chosen]
-    total = _minutes(sum(c for c in cost if c is not None)) if all(c is not None for c in cost) else "unknown"
-    lines.append(f"a part that {limit}: {len(chosen)} unit(s), {total} of training: "
-                 + ", ".join(map(str, chosen)))
+    cost = _cost_words([st.cost_s[u] for u in chosen], [st.score_s[u] for u in chosen])
+    lines.append(f"a part that {limit}: {len(chosen)} unit(s), {cost}: " + ", ".join(map(str, chosen)))
     if st.commits:
         lines.append(f"run it from the root of a clean clone whose training and scoring are bitwise those of the "
                      f"store's commit ({', '.join(st.commits)}: the exact-result tests say so), in its own virtual "
