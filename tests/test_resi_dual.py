@@ -62,25 +62,24 @@ def _ln(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -
 def _by_hand(net: Transformer, src: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The encoder's output and the logits from the model's own modules, written as the reference computes them
     (in the model's mode: the same dropout draws, in the same order, as the model's forward)."""
-    def sub(x, y, out, residual):
-        b = residual_dropout(out)
+    def sub(layer, x, y, out, residual):
+        """One sublayer: its branch dropped out by the layer's dropout, into both streams."""
+        b = layer.dropout(out)
         return _ln(x + b, residual.weight, residual.bias, 1e-5), y + b * RES_SCALE
 
     x = net.dropout(net.embed_scale * net.encoder_embed(src) + net.positions(src))
     y = x * RES_SCALE
     for layer in net.encoder_layers:
-        residual_dropout = layer.dropout
-        x, y = sub(x, y, layer.self_attn(x), layer.self_attn_layer_norm)
-        x, y = sub(x, y, layer.ffn(x), layer.final_layer_norm)
+        x, y = sub(layer, x, y, layer.self_attn(x), layer.self_attn_layer_norm)
+        x, y = sub(layer, x, y, layer.ffn(x), layer.final_layer_norm)
     s = net.encoder_stream.norm
     enc = x * ALPHA + _ln(y, s.weight, s.bias, EPS)
     x = net.dropout(net.embed_scale * net.decoder_embed(prev) + net.positions(prev))
     y = x * RES_SCALE
     for layer in net.decoder_layers:
-        residual_dropout = layer.dropout
-        x, y = sub(x, y, layer.self_attn(x, causal=True), layer.self_attn_layer_norm)
-        x, y = sub(x, y, layer.encoder_attn(x, memory=enc), layer.encoder_attn_layer_norm)
-        x, y = sub(x, y, layer.ffn(x), layer.final_layer_norm)
+        x, y = sub(layer, x, y, layer.self_attn(x, causal=True), layer.self_attn_layer_norm)
+        x, y = sub(layer, x, y, layer.encoder_attn(x, memory=enc), layer.encoder_attn_layer_norm)
+        x, y = sub(layer, x, y, layer.ffn(x), layer.final_layer_norm)
     s = net.decoder_stream.norm
     return enc, F.linear(x * ALPHA + _ln(y, s.weight, s.bias, EPS), net.decoder_embed.weight)
 
@@ -115,7 +114,7 @@ def test_forward_is_the_equation_at_init_and_after_one_update():
     before = {k: v.clone() for k, v in net.state_dict().items()}
     opt.step()
     moved = [k for k, v in net.state_dict().items() if not torch.equal(v, before[k])]
-    assert all(f"{s}_stream.norm.{p}" in moved for s in ("encoder", "decoder") for p in ("weight", "bias"))
+    assert all(f"{stack}_stream.norm.{w}" in moved for stack in ("encoder", "decoder") for w in ("weight", "bias"))
     _check(net, s, p)
 
 

@@ -134,7 +134,7 @@ def test_forward_is_the_equation_at_init_and_after_one_update():
     target = torch.randint(4, VOCAB, (3, 5), generator=g)
     loss = label_smoothed_nll_loss(net(s, p), target, 0.1)[0] / int(target.ne(PAD).sum())
     loss.backward()
-    assert all(p.grad is not None and p.grad.any() for n, p in net.named_parameters() if n.endswith("fc2.weight"))
+    assert all(w.grad is not None and w.grad.any() for n, w in net.named_parameters() if n.endswith("fc2.weight"))
     before = {k: v.clone() for k, v in net.state_dict().items()}
     opt.step()
     assert all(not torch.equal(v, before[k]) for k, v in net.state_dict().items() if k.endswith("fc1.weight"))
