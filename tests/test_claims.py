@@ -318,3 +318,16 @@ def test_epoch_ratio_reached_by_the_first_checkpoint_is_inconclusive():
     row = cl.claims_table(evidence(epochs)).set_index("id").loc["figure4_epoch_ratio"]
     assert row["measured"] == pytest.approx(1 / 15)
     assert row["status"] == "inconclusive" and "first scored checkpoint: the ratio is an upper bound" in row["note"]
+
+
+def test_the_tfixup_reference_is_shown_beside_a_tfixup_run_not_compared():
+    """T-Fixup's README number: "not measured" without a T-Fixup run without warm-up; beside one that lacks its
+    recipe's settings, "reference, not compared" with the settings that differ."""
+    tfixup = {"model": {"norm": "tfixup"}, "schedule": {"warmup": False, "decay": "isqrt"}}
+    t = cl.claims_table(liu_evidence(liu_experiment(postln_liu=LIU_RUN), 35.6)).set_index("id")
+    assert t.loc["huang2020_tfixup_test_bleu", "status"] == "not measured"
+    row = cl.claims_table(liu_evidence(liu_experiment(tfixup_run=tfixup), 34.0)).set_index("id").loc[
+        "huang2020_tfixup_test_bleu"]
+    assert (row["status"], row["published"], row["measured"]) == ("reference, not compared", "35.73 (about: ± 0.005)",
+                                                                   pytest.approx(34.0))
+    assert "model.dropout 0.1 (claim: 0.5)" in row["note"] and "train.epochs 90 (claim: 300)" in row["note"]

@@ -2,7 +2,7 @@
 
 A variant is the residual/normalization arrangement of every sublayer (self-attention, encoder attention or
 FFN), whether each stack ends with one more LayerNorm, and what else it changes (parameters, learned scalars,
-residual scaling, initialization, LayerNorms removed). Its computation is a torch module in
+residual scaling, initialization, LayerNorms removed, residual connections). Its computation is a torch module in
 ``lnrepro.model.variants`` registered under the same name. The schema's enum (``config/load.py``), the
 Snakefile, the figures (labels, line styles), gradinit (every registered variant) and the confound analysis
 (``differences``) read this registry, which imports no torch, so they do not load it.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .errors import LnReproError
 
 # What a variant can change beside the norm position, one kind per ``Difference``.
-DIFFERENCE_KINDS = ("parameters", "residual scaling", "initialization", "layernorms removed")
+DIFFERENCE_KINDS = ("parameters", "residual scaling", "initialization", "layernorms removed", "residual connections")
 
 
 @dataclass(frozen=True)
@@ -85,3 +85,17 @@ register_norm(NormVariant("rezero", "ReZero", final_norm=False, differences=(
     Difference("parameters", "one learned scalar a per layer, shared by its sublayers"),
     Difference("layernorms removed", "every LayerNorm: none in the sublayers, none after the stacks"),
     Difference("residual scaling", "each branch multiplied by its layer's scalar, x + a F(x), a initialized to 0"))))
+register_norm(NormVariant("tfixup", "T-Fixup", final_norm=False, differences=(
+    Difference("layernorms removed", "every LayerNorm: none in the sublayers, none after the stacks (the reference's "
+                                     "decoder layers keep an unused encoder_attn_layer_norm: not built here)"),
+    Difference("initialization", "v_proj times sqrt(2) (xavier gain 1), then v_proj, out_proj, fc1 and fc2 times "
+                                 "0.67 N^(-1/4) in the encoder and (9M)^(-1/4) in the decoder (its self- and "
+                                 "encoder attention both); the token embeddings times (9N)^(-1/4) (encoder) and "
+                                 "(9M)^(-1/4) (decoder, and the output projection shared with it; the encoder's "
+                                 "factor only under share_all_embeddings), as layer6ai-labs/T-Fixup scales them"))))
+register_norm(NormVariant("resi_dual", "ResiDual", final_norm=False, differences=(
+    Difference("residual connections", "a second, unnormalized stream y beside Post-LN's x: y starts as the "
+                                       "embeddings, each dropped-out branch is added to it too, and each stack "
+                                       "outputs x + LN(y) (microsoft/ResiDual; its encoder also zeroes the padded "
+                                       "source embeddings first, not done here: only padded positions differ)"),
+    Difference("parameters", "one LayerNorm (eps 1e-7, gain and bias of width d_model) per stack, on y"))))

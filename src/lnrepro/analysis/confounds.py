@@ -38,7 +38,8 @@ from ..norms import DIFFERENCE_KINDS, NORMS, Difference
 NORM_KEY = FACTOR_KEYS["norm"]
 DIFFERENCE_WORDS: dict[str, str] = {"parameters": "the learned parameters", "residual scaling": "the residual scale",
                                     "initialization": "the initialization",
-                                    "layernorms removed": "the LayerNorms removed"}
+                                    "layernorms removed": "the LayerNorms removed",
+                                    "residual connections": "the residual connections"}
 
 # Top-level keys that identify a run rather than configure it.
 IDENTITY_KEYS = {"run", "seed", "name"}

@@ -502,7 +502,9 @@ RESIDUAL_NAMES = {"self_attn": "self_attn_layer_norm", "encoder_attn": "encoder_
 
 class _Layer(nn.Module):
     """What encoder and decoder layers share: self-attention and FFN sublayers, each wrapped by the residual
-    module of ``model.norm`` (``lnrepro.model.variants``; one per sublayer, or one ``residual`` per layer)."""
+    module of ``model.norm`` (``lnrepro.model.variants``; one per sublayer, or one ``residual`` per layer). A
+    layer passes its input ``x`` to those modules only: it is the stack's state, the hidden tensor unless the
+    variant carries more (``Residual.stream``)."""
 
     def __init__(self, cfg: ModelConfig, cross_attention: bool = False) -> None:
         super().__init__()
@@ -574,7 +576,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         variant = norm_variant(cfg.norm)  # an unknown model.norm fails here, naming the registered ones
-        residual_class(cfg.norm)  # and a described one without its module
+        stream = residual_class(cfg.norm).stream  # and a described one without its module
         d, v = cfg.d_model, cfg.vocab_size
         self.embed_scale = math.sqrt(d)  # fairseq: embed_scale = sqrt(embed_dim)
         self.encoder_embed = nn.Embedding(v, d, padding_idx=PAD)
@@ -586,6 +588,9 @@ class Transformer(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        # What a variant carries from layer to layer beside the hidden tensor (Residual.stream; none for most)
+        self.encoder_stream = stream(cfg) if stream is not None else None
+        self.decoder_stream = stream(cfg) if stream is not None else None
         # Pre-LN: one final LN after each stack; Post-LN: none (fairseq: layer_norm iff normalize_before)
         self.encoder_norm = nn.LayerNorm(d) if variant.final_norm else None
         self.decoder_norm = nn.LayerNorm(d) if variant.final_norm else None
@@ -615,7 +620,7 @@ class Transformer(nn.Module):
                 for fc in (module.fc1, module.fc2):  # transformer_layer.py Linear(): xavier, zero bias
                     nn.init.xavier_uniform_(fc.weight)
                     nn.init.zeros_(fc.bias)
-            elif isinstance(module, nn.LayerNorm):  # the stacks' final LayerNorms
+            elif isinstance(module, nn.LayerNorm):  # the stacks' final LayerNorms (and a stream's)
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
         # The variant's initialization, after fairseq's draws: its own parameters and any weights it changes.
@@ -624,6 +629,7 @@ class Transformer(nn.Module):
             for index, layer in enumerate(layers):
                 for residual in layer.residuals():
                     residual.init_weights(layer, stack, index, c.encoder_layers, c.decoder_layers, c)
+        residual_class(c.norm).init_model(self)  # then the weights outside the layers
 
     def init_from_data(self, batch: tuple[torch.Tensor, ...]) -> None:
         """The variant's data-dependent initialization (``Residual.init_from_data``): called once with a training
@@ -638,8 +644,10 @@ class Transformer(nn.Module):
         x = self.embed_scale * self.encoder_embed(src) + self.positions(src)
         x = self.dropout(x)
         key_pad = pad_mask if bool(pad_mask.any()) else None  # fairseq: no mask when nothing is padded
+        state = x if self.encoder_stream is None else self.encoder_stream.begin(x)
         for layer in self.encoder_layers:
-            x = layer(x, key_pad)
+            state = layer(state, key_pad)
+        x = state if self.encoder_stream is None else self.encoder_stream.end(state)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return EncoderOut(x, pad_mask)
@@ -669,8 +677,10 @@ class Transformer(nn.Module):
             x = self.embed_scale * self.decoder_embed(rows.pack(prev)) + rows.pack(pos)
         x = self.dropout(x)
         enc_use = enc if bool(enc.pad_mask.any()) else EncoderOut(enc.out, None)  # type: ignore[arg-type]
+        state = x if self.decoder_stream is None else self.decoder_stream.begin(x)
         for i, layer in enumerate(self.decoder_layers):
-            x = layer(x, enc_use, cache.layers[i] if cache is not None else None, rows, self_pad)
+            state = layer(state, enc_use, cache.layers[i] if cache is not None else None, rows, self_pad)
+        x = state if self.decoder_stream is None else self.decoder_stream.end(state)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         if packed:

@@ -7,7 +7,7 @@ import importlib
 import pkgutil
 
 from ...norms import NORMS
-from .base import RESIDUALS, LayerNormResidual, Residual, register_residual, residual_class
+from .base import RESIDUALS, LayerNormResidual, Residual, Stream, register_residual, residual_class
 
 # In the order of the descriptions (lnrepro.norms.NORMS), so that RESIDUALS lists the variants as NORMS does
 # (a module is named after its variant), then any other module by name.
@@ -15,4 +15,4 @@ _order = {name: i for i, name in enumerate(NORMS)}
 for _name in sorted((m.name for m in pkgutil.iter_modules(__path__)), key=lambda n: (_order.get(n, len(_order)), n)):
     importlib.import_module(f"{__name__}.{_name}")
 
-__all__ = ["RESIDUALS", "LayerNormResidual", "Residual", "register_residual", "residual_class"]
+__all__ = ["RESIDUALS", "LayerNormResidual", "Residual", "Stream", "register_residual", "residual_class"]

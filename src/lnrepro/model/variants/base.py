@@ -13,11 +13,19 @@ the variant's LayerNorm or scalars and computes the sublayer with its residual c
 - ``init_from_data(model, batch)`` (a class method), called once by ``Transformer.init_from_data`` with a
   training batch before the first update and before gradinit measures: for variants whose initialization is
   profiled on data (Admin). A no-op here.
+- ``init_model(model)`` (a class method), called by ``Transformer.reset_parameters`` after every layer's
+  ``init_weights``: the weights outside the layers (T-Fixup scales the token embeddings). A no-op here.
+
+A variant that carries more than the hidden tensor from layer to layer (ResiDual: a second, unnormalized
+residual stream) names a ``Stream`` class: each stack then holds one ``Stream`` module (``encoder_stream``,
+``decoder_stream``), whose ``begin`` turns the embeddings (after their dropout) into the state the first layer
+takes, every residual module takes and returns that state, and whose ``end`` turns the last layer's state into
+the stack's output. Without one (``stream`` None) the state is the hidden tensor.
 """
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn as nn
@@ -29,6 +37,22 @@ from ..config import ModelConfig
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
 
+class Stream(nn.Module):
+    """What a stack carries between its layers beside the hidden tensor (one module per stack, built from the
+    model's config; its parameters are the stack's, e.g. ``encoder_stream.norm.weight``)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+
+    def begin(self, x: torch.Tensor) -> Any:
+        """The state the stack's first layer takes, from the embeddings after their dropout."""
+        raise NotImplementedError
+
+    def end(self, state: Any) -> torch.Tensor:
+        """The stack's output (before any final LayerNorm) from its last layer's state."""
+        raise NotImplementedError
+
+
 class Residual(nn.Module):
     """One sublayer's (or layer's) residual connection: ``forward(x, f, dropout)``, and the two init hooks."""
 
@@ -36,11 +60,15 @@ class Residual(nn.Module):
     # Names of this module's own parameters that gradinit measures beside the layer's weight matrices (ReZero's
     # scalar: at initialization it is the only parameter of a layer with a nonzero gradient).
     gradinit_params: ClassVar[tuple[str, ...]] = ()
+    # The module each stack holds to carry a state beyond the hidden tensor (module docstring); None: the tensor.
+    stream: ClassVar[type[Stream] | None] = None
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
 
     def forward(self, x: torch.Tensor, f: Fn, dropout: Fn) -> torch.Tensor:
+        """The sublayer ``f`` with its residual connection; ``x`` the state the stack carries (the hidden tensor,
+        or its ``stream``'s state), returned likewise."""
         raise NotImplementedError
 
     def init_weights(self, layer: nn.Module, stack: str, index: int, encoder_layers: int, decoder_layers: int,
@@ -52,6 +80,11 @@ class Residual(nn.Module):
     def init_from_data(cls, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> None:
         """Once, before the first update: ``model`` the whole Transformer, (src, prev, target) a training batch on
         the CPU."""
+
+    @classmethod
+    def init_model(cls, model: nn.Module) -> None:
+        """After every layer's ``init_weights``: ``model`` the whole Transformer, whose weights outside the layers
+        (embeddings, output projection) the variant may change."""
 
 
 class LayerNormResidual(Residual):
