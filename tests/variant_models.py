@@ -15,3 +15,59 @@ def tiny_model(norm: str, seed: int = 0, **over) -> Transformer:
     """A freshly initialized tiny ``norm`` model under ``seed``; ``over`` replaces ModelConfig fields."""
     torch.manual_seed(seed)
     return Transformer(ModelConfig(vocab_size=VOCAB, norm=norm, **{**TINY, **over}))
+
+
+def one_update(model: Transformer, batch: tuple[torch.Tensor, ...]) -> None:
+    """One AdamW update on ``batch`` (src, prev, target) as the training loop makes it, in training mode."""
+    from lnrepro.train.loss import label_smoothed_nll_loss
+    from lnrepro.vocab import PAD
+
+    src, prev, target = batch
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-8)
+    (label_smoothed_nll_loss(model(src, prev), target, 0.1)[0] / int(target.ne(PAD).sum())).backward()
+    opt.step()
+    model.eval()
+
+
+def trains_and_resumes_bitwise(norm: str, bpe_dir, tmp_path, monkeypatch) -> dict:
+    """Train ``norm`` through ``train_run`` (tiny config, 2 epochs, a checkpoint every 2 updates), then again
+    killed after its second checkpoint and resumed: the same summary and weights bitwise. Returns the summary."""
+    import json
+
+    import pytest
+
+    from lnrepro.train import loop
+    from test_train import assert_same_weights, write_config
+
+    config = write_config(tmp_path / "config.json", max_tokens=128, checkpoint_every=2, epochs=2)
+    cfg = json.loads(config.read_text())
+    cfg["model"]["norm"] = norm
+    config.write_text(json.dumps(cfg))
+    reference = tmp_path / "reference"
+    loop.train_run(reference, config, bpe_dir, threads=1)
+    summary = json.loads((reference / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["updates"] > 4
+
+    class Stop(Exception):
+        pass
+
+    save, saves = loop._Trainer._save_last, []
+
+    def save_then_stop(self):
+        save(self)
+        saves.append(self.update)
+        if len(saves) == 2:
+            raise Stop
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(loop._Trainer, "_save_last", save_then_stop)
+    with pytest.raises(Stop):
+        loop.train_run(run, config, bpe_dir, threads=1)
+    monkeypatch.setattr(loop._Trainer, "_save_last", save)
+    loop.train_run(run, config, bpe_dir, threads=1)
+    resumed = json.loads((run / "summary.json").read_text())
+    assert resumed["attempts"] == 2 and resumed["updates"] == summary["updates"]
+    assert resumed["final_loss"] == summary["final_loss"]
+    assert_same_weights(reference, run, epochs=2)
+    return summary

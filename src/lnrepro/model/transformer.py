@@ -574,7 +574,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         variant = norm_variant(cfg.norm)  # an unknown model.norm fails here, naming the registered ones
-        residual_class(cfg.norm)  # and a described one without its module
+        residual = residual_class(cfg.norm)  # and a described one without its module
         d, v = cfg.d_model, cfg.vocab_size
         self.embed_scale = math.sqrt(d)  # fairseq: embed_scale = sqrt(embed_dim)
         self.encoder_embed = nn.Embedding(v, d, padding_idx=PAD)
@@ -586,9 +586,10 @@ class Transformer(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
-        # Pre-LN: one final LN after each stack; Post-LN: none (fairseq: layer_norm iff normalize_before)
-        self.encoder_norm = nn.LayerNorm(d) if variant.final_norm else None
-        self.decoder_norm = nn.LayerNorm(d) if variant.final_norm else None
+        # Pre-LN: one final LN after each stack; Post-LN: none (fairseq: layer_norm iff normalize_before); a variant
+        # may replace the LN (Residual.final_norm)
+        self.encoder_norm = residual.final_norm(cfg) if variant.final_norm else None
+        self.decoder_norm = residual.final_norm(cfg) if variant.final_norm else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -615,9 +616,9 @@ class Transformer(nn.Module):
                 for fc in (module.fc1, module.fc2):  # transformer_layer.py Linear(): xavier, zero bias
                     nn.init.xavier_uniform_(fc.weight)
                     nn.init.zeros_(fc.bias)
-            elif isinstance(module, nn.LayerNorm):  # the stacks' final LayerNorms
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        for norm in (self.encoder_norm, self.decoder_norm):  # the stacks' final LayerNorms: 1 and 0
+            if norm is not None:
+                norm.reset_parameters()
         # The variant's initialization, after fairseq's draws: its own parameters and any weights it changes.
         c = self.cfg
         for stack, layers in (("encoder", self.encoder_layers), ("decoder", self.decoder_layers)):

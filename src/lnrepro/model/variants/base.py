@@ -13,6 +13,8 @@ the variant's LayerNorm or scalars and computes the sublayer with its residual c
 - ``init_from_data(model, batch)`` (a class method), called once by ``Transformer.init_from_data`` with a
   training batch before the first update and before gradinit measures: for variants whose initialization is
   profiled on data (Admin). A no-op here.
+
+``final_norm(cfg)`` builds the module after each stack where the description has one (a LayerNorm; DyT's own).
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ class Residual(nn.Module):
     def init_from_data(cls, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> None:
         """Once, before the first update: ``model`` the whole Transformer, (src, prev, target) a training batch on
         the CPU."""
+
+    @classmethod
+    def final_norm(cls, cfg: ModelConfig) -> nn.Module:
+        """The module after the last layer of each stack, where the variant's description has one
+        (``NormVariant.final_norm``): a LayerNorm, unless the variant replaces it. The model initializes it with its
+        ``reset_parameters()``."""
+        return nn.LayerNorm(cfg.d_model)
 
 
 class LayerNormResidual(Residual):
