@@ -18,8 +18,8 @@ input digests, weights' digests, scores), not timestamps, durations or host.
 A part is refused whole, the store unchanged, when it does not belong to the study: other resolved settings (a
 grid extended under its ``extended:`` may grow them; comparisons of runs the study does not select are no part of
 them), another study-level digest, a record from a checkout with uncommitted changes, a record failing its own
-digest check, or a unit already stored with another identity. The store is rewritten as a whole folder (``io.atomic_directory``), its index last: a publish that fails or is killed
-leaves it as it was, or complete.
+digest check, or a unit already stored with another identity. The store is rewritten as a whole folder
+(``io.atomic_directory``), its index last: a publish that fails or is killed leaves it as it was, or complete.
 """
 
 from __future__ import annotations

@@ -263,9 +263,9 @@ def _write(rows: list[dict[str, Any]], out_csv: Path) -> pd.DataFrame:
 
 def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: int,
                  fit_csv: Path | None = None, device: str = DEFAULT_DEVICE) -> pd.DataFrame:
-    """For each seed, depth and norm variant of ``analysis.gradinit`` (``measured_norms``): a freshly initialized model
-    on the seed's K training batches, on ``device`` (cpu | cuda). Writes ``out_csv`` (columns CSV_COLUMNS) and, when given, ``fit_csv``
-    (the fit over depths, lnrepro.analysis.gradinit_fit); returns the table."""
+    """For each seed, depth and norm variant of ``analysis.gradinit`` (``measured_norms``): a freshly initialized
+    model on the seed's K training batches, on ``device`` (cpu | cuda). Writes ``out_csv`` (columns CSV_COLUMNS)
+    and, when given, ``fit_csv`` (the fit over depths, lnrepro.analysis.gradinit_fit); returns the table."""
     import torch
     from tqdm import tqdm
 

@@ -5,11 +5,11 @@ LayerNorm after each stack.
 References, read (not copied): lucidrains/x-transformers ``x_transformers/x_transformers.py``,
 ``AttentionLayers(..., sandwich_norm=True)``: each layer gets ``pre_branch_norm`` (as ``pre_norm``) and
 ``post_branch_norm`` (``norm_fn() if sandwich_norm``), sandwich_norm is refused without ``pre_norm``, and
-``final_norm`` is kept for ``pre_norm``; ``AttentionLayers`` does not normalize the embeddings' output. The Peri-LN paper's text read (its abstract, arXiv
-2502.02732v3) defines the placement as normalization "peripherally around sublayers"; whether Peri-LN also
-normalizes the embeddings' output was not in what could be read, so this module builds x-transformers'
-``sandwich_norm``: no LayerNorm on the embeddings, one LN_in and one LN_out per sublayer, the final LayerNorm of
-Pre-LN.
+``final_norm`` is kept for ``pre_norm``; ``AttentionLayers`` does not normalize the embeddings' output. The
+Peri-LN paper's text read (its abstract, arXiv 2502.02732v3) defines the placement as normalization
+"peripherally around sublayers"; whether Peri-LN also normalizes the embeddings' output was not in what could be
+read, so this module builds x-transformers' ``sandwich_norm``: no LayerNorm on the embeddings, one LN_in and one
+LN_out per sublayer, the final LayerNorm of Pre-LN.
 
 Dropout: fairseq drops out each branch's output before the residual sum; here the normalized branch,
 dropout(LN_out(F(.))), so that the LayerNorm does not undo dropout's 1/(1-p) scaling (x-transformers has no
