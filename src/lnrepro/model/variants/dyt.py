@@ -9,8 +9,9 @@ khenm/dyt-cuda ``src/torch.py``, "Copyright (c) Meta Platforms", and suhan1433/T
 ``model/dyt.py``) holds ``alpha = nn.Parameter(torch.ones(1) * alpha_init_value)`` with ``alpha_init_value=0.5``,
 ``weight`` ones and ``bias`` zeros of the normalized width, and computes ``tanh(alpha * x) * weight + bias``
 (channels last). Built here as those copies: alpha a learned scalar of shape (1,) per DyT, initialized to 0.5,
-the reference's ``alpha_init_value`` default; x-transformers' DyT default of 1.0 is not used, because the
-project follows each method's own reference. ``convert_ln_to_dyt`` replaces every LayerNorm, so the two final
+the reference's ``alpha_init_value`` default. x-transformers' DyT, said to default to 1.0, is not in the
+version of ``x_transformers/x_transformers.py`` the index holds (commit 003275c6) and is not followed: each
+variant here follows its own method's reference. ``convert_ln_to_dyt`` replaces every LayerNorm, so the two final
 LayerNorms of Pre-LN are DyTs too (``final_norm``).
 
 A sublayer's DyT is held under fairseq's LayerNorm name (``self_attn_layer_norm.alpha``/``weight``/``bias``), the
