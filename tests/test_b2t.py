@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from conftest import fake_bpe
 from lnrepro.norms import norm_variant
 from lnrepro.train.batching import collate, read_ids
-from variant_models import VOCAB, one_update, tiny_model, trains_and_resumes_bitwise
+from variant_models import VOCAB, gradinit_measures, one_update, tiny_model, trains_and_resumes_bitwise
 
 torch.set_num_threads(1)
 
@@ -101,3 +101,7 @@ def bpe_dir(tmp_path):
 
 def test_trains_through_the_loop_and_resumes_bitwise(bpe_dir, tmp_path, monkeypatch):
     trains_and_resumes_bitwise("b2t", bpe_dir, tmp_path, monkeypatch)
+
+
+def test_gradinit_measures_it_where_listed(bpe_dir):
+    gradinit_measures("b2t", bpe_dir)

@@ -71,3 +71,27 @@ def trains_and_resumes_bitwise(norm: str, bpe_dir, tmp_path, monkeypatch) -> dic
     assert resumed["final_loss"] == summary["final_loss"]
     assert_same_weights(reference, run, epochs=2)
     return summary
+
+
+def gradinit_measures(norm: str, bpe_dir) -> None:
+    """gradinit, with ``norm`` listed in analysis.gradinit.norms beside Post-LN, measures it: as many rows as
+    Post-LN, every matrix's gradient finite and nonzero, and the depth fit's exponent of the last decoder W^2."""
+    import math
+
+    import pandas as pd
+
+    from conftest import tiny_experiment
+    from lnrepro.analysis.gradinit import run_gradinit
+
+    experiment = tiny_experiment({**TINY, "decoder_layers": 2}, {"batches": 2, "seeds": [1, 2, 3], "max_tokens": 128,
+                                                                 "depths": [2, 3], "norms": ["post", norm]})
+    out, fit_csv = bpe_dir.parent / "gradinit.csv", bpe_dir.parent / "fit.csv"
+    run_gradinit(experiment.gradinit_config(), bpe_dir, out, threads=1, fit_csv=fit_csv)
+    table = pd.read_csv(out)
+    assert list(dict.fromkeys(table["norm"])) == ["post", norm]
+    ours = table[table["norm"] == norm]
+    assert len(ours) == len(table[table["norm"] == "post"]) == 3 * (2 + 3) * 16 * 2 and (ours["value"] > 0).all()
+    fit = pd.read_csv(fit_csv, dtype={"note": "string"}).fillna({"note": ""})
+    top = fit[(fit["norm"] == norm) & (fit["stack"] == "dec") & (fit["param"] == "fc2")
+              & (fit["statistic"] == "expected_grad_fro")]
+    assert len(top) == 1 and math.isfinite(top["b"].iloc[0]) and top["note"].iloc[0] == ""
