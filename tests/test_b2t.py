@@ -1,7 +1,8 @@
 """b2t (B2T connection, takase/b2t_connection --residual-bottom-to-top): Post-LN with the layer's input added
 before its last LayerNorm, LN(h + F(h) + x), and every weight matrix of a layer scaled by N^-1/2 (N its stack's
 layers). The forward pass against the equation from the model's own sublayers at init and after an update, in
-training mode with dropout; the scaling against the reference's numbers; the description; training and resume."""
+training mode with dropout; the scaling against the reference's numbers; the description; training, resume
+and gradinit."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """dyt (DyT, Zhu et al. 2025): Pre-LN with every LayerNorm, the stacks' final ones included, replaced by
 gamma * tanh(alpha x) + beta, alpha a learned scalar initialized to the reference's alpha_init_value 0.5. The
 forward pass against the equation from the model's own sublayers at init and after an update, in training mode with
-dropout; the constants; the description; training and resume."""
+dropout; the constants; the description; training, resume and gradinit."""
 
 from __future__ import annotations
 

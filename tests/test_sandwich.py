@@ -1,6 +1,7 @@
 """sandwich (Sandwich-LN / Peri-LN as x-transformers' sandwich_norm): x + dropout(LN_out(F(LN_in(x)))) per sublayer
 and Pre-LN's final LayerNorm. The forward pass against the equation from the model's own sublayers at init and
-after an update, in training mode with dropout; the LayerNorms' constants; the description; training and resume."""
+after an update, in training mode with dropout; the LayerNorms' constants; the description; training, resume
+and gradinit."""
 
 from __future__ import annotations
 
