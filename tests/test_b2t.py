@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from conftest import fake_bpe
 from lnrepro.norms import norm_variant
 from lnrepro.train.batching import collate, read_ids
-from variant_models import VOCAB, gradinit_measures, one_update, tiny_model, trains_and_resumes_bitwise
+from variant_models import (VOCAB, cached_decode_equals_full, gradinit_measures, one_update, tiny_model,
+                            trains_and_resumes_bitwise)
 
 torch.set_num_threads(1)
 
@@ -106,3 +107,7 @@ def test_trains_through_the_loop_and_resumes_bitwise(bpe_dir, tmp_path, monkeypa
 
 def test_gradinit_measures_it_where_listed(bpe_dir):
     gradinit_measures("b2t", bpe_dir)
+
+
+def test_cached_decoding_is_the_full_pass():
+    cached_decode_equals_full("b2t")

@@ -95,3 +95,15 @@ def gradinit_measures(norm: str, bpe_dir) -> None:
     top = fit[(fit["norm"] == norm) & (fit["stack"] == "dec") & (fit["param"] == "fc2")
               & (fit["statistic"] == "expected_grad_fro")]
     assert len(top) == 1 and math.isfinite(top["b"].iloc[0]) and top["note"].iloc[0] == ""
+
+
+def cached_decode_equals_full(norm: str) -> None:
+    """Incremental decoding (the cache of beam search), one position at a time, gives the full pass's logits."""
+    model = tiny_model(norm).eval()
+    g = torch.Generator().manual_seed(4)
+    src, prev = torch.randint(4, VOCAB, (3, 6), generator=g), torch.randint(4, VOCAB, (3, 5), generator=g)
+    with torch.no_grad():
+        full = model(src, prev)
+        enc, cache = model.encode(src), model.new_cache()
+        steps = [model.decode(prev[:, t: t + 1], enc, cache) for t in range(prev.size(1))]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
