@@ -32,7 +32,7 @@ def test_paper_config_is_the_papers(paper: dict) -> None:
     assert all(s["beam"] == 5 and s["lenpen"] == 1.2 and s["epochs"] == "all" for s in d["eval"]["splits"].values())
     assert len(paper["select"]) == 8
     assert paper["comparisons"]["figure4"]["runs"] == ["postln_warmup_isqrt", "preln_nowarmup_step8"]
-    assert len(paper["comparisons"]) == 22  # figure4, 12 single-factor, 3 RAdam, 6 warm-up
+    assert len(paper["comparisons"]) == 25  # figure4, the 12 single-factor ones, the 3 of RAdam, warm-up per variant
 
 
 def test_run_resolves_as_deep_merge(paper: dict) -> None:

@@ -336,7 +336,7 @@ def test_config_yamls_radam_comparisons_are_skipped_until_their_runs_are_selecte
     v = verdicts(analyze_confounds(exp, execution(exp)))
     assert v == {**FACTORIAL_EXPECTED, **{k: ("skipped", [], [], []) for k in {**RADAM_COMPARISONS, **VARIANT_COMPARISONS}}}
     assert set(VARIANT_COMPARISONS) == {f"warmup_{v}_isqrt" for v in ("prenofinal", "deepnorm", "admin", "rezero",
-                                                                           "tfixup", "resi_dual")}
+                                                                       "tfixup", "resi_dual", "b2t", "sandwich", "dyt")}
     assert set(RADAM_COMPARISONS) == {"optimizer_postln_nowarmup_isqrt", "optimizer_preln_nowarmup_step8",
                                       "radam_replaces_warmup_postln"}
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, snakemake
 from lnrepro import config as cfg
 from lnrepro.errors import LnReproError
-from lnrepro.norms import NORMS
+from lnrepro.config.settings import GRADINIT_NORMS as NORMS  # the six variants the preset trains
 
 PRESET = REPO / "presets" / "depth-cpu.yaml"
 # The preset's six variants (registered ones beyond them are not in it) and their run names' prefixes.

@@ -33,7 +33,7 @@ from lnrepro.errors import LnReproError
 from lnrepro.io import atomic_torch_save, atomic_write_json, file_sha256
 from lnrepro.model import Transformer
 from lnrepro.model.transformer import weights_blob
-from lnrepro.norms import NORMS
+from lnrepro.config.settings import GRADINIT_NORMS as NORMS  # the variants gradinit measures by default
 
 torch.set_num_threads(1)
 

@@ -118,8 +118,10 @@ def test_unknown_norm_is_a_clear_error():
 
 def test_added_variant_builds_trains_and_runs_gradinit(gated, bpe_dir, tmp_path):
     # The config accepts the new name: the schema's enum is read from the registry when the config is loaded.
+    measured = ["post", "pre", "pre_nofinal", "deepnorm", "admin", "rezero", "gated"]
     experiment = tiny_experiment({**TINY, "norm": "gated"},
-                                 {"batches": 2, "seeds": [1, 2, 3], "max_tokens": 128, "depths": [2, 3]})
+                                 {"batches": 2, "seeds": [1, 2, 3], "max_tokens": 128, "depths": [2, 3],
+                                  "norms": measured})
     assert experiment.gradinit_config().model.norm == "gated"
     NORMS.pop("gated")
     try:
@@ -172,14 +174,14 @@ def test_added_variant_builds_trains_and_runs_gradinit(gated, bpe_dir, tmp_path)
         assert float(loss()) < before  # one step on this batch lowers its loss
     assert float(layer.residual.gain.detach()) != 0.5
 
-    # gradinit measures every registered variant, the new one included, with the same rows per variant, after
-    # its data hook (once per model, on the seed's first batch).
+    # gradinit measures the variants analysis.gradinit.norms lists, the new one included, in that order, with the
+    # same rows per variant, after its data hook (once per model, on the seed's first batch).
     GatedResidual.data_calls.clear()
     out = tmp_path / "analysis" / "gradinit.csv"
     df = run_gradinit(experiment.gradinit_config(), bpe_dir, out, threads=1)
     assert len(GatedResidual.data_calls) == 3 * 2  # seeds x depths
     table = pd.read_csv(out)
-    assert list(dict.fromkeys(table["norm"])) == list(NORMS) and list(NORMS)[-1] == "gated"
+    assert list(dict.fromkeys(table["norm"])) == measured and list(NORMS)[-1] == "gated"
     counts = table.groupby("norm").size()
     # 3 seeds x (2 + 3 layers) x (enc 6 + dec 10 matrices a layer) x 2 statistics
     assert counts["gated"] == counts["post"] == counts["pre"] == 3 * 5 * 16 * 2

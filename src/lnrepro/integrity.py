@@ -394,7 +394,7 @@ def check_table(path: str | Path, df: pd.DataFrame, keys: Mapping[str, Iterable[
 
 def check_gradinit(path: str | Path, df: pd.DataFrame, experiment: Experiment, *, seed: int | None = None) -> None:
     """``gradinit.csv`` holds every model its settings measure, each whole, with those settings: each norm variant
-    it measured (every one a registered variant) at every depth and seed of ``analysis.gradinit``. With ``seed``,
+    of ``analysis.gradinit.norms`` (every one a registered variant) at every depth and seed. With ``seed``,
     ``gradinit_after_warmup.csv`` of that seed of the after-warm-up run: that one model, with every layer of each
     stack and as many rows for each layer of a stack."""
     g = experiment.analysis.gradinit
@@ -410,7 +410,7 @@ def check_gradinit(path: str | Path, df: pd.DataFrame, experiment: Experiment, *
         if unknown:
             raise LnReproError(f"{path}: norm variants {unknown} that are not registered ({', '.join(NORMS)}): "
                                f"write it again: snakemake --configfile ... --forcerun {rule}")
-        models = {"checkpoint": ["init"], "norm": [n for n in NORMS if n in measured], "depth": list(g.depths),
+        models = {"checkpoint": ["init"], "norm": list(g.measured_norms), "depth": list(g.depths),
                   "seed": list(g.seeds)}
     check_table(path, df, {**models, **settings}, rule=rule, per=[k for k in models if k != "seed"],
                 filled=["value", "updates", "stack", "layer"])

@@ -16,10 +16,10 @@ of each stored file and its identity: per record, the digest of what determines 
 input digests, weights' digests, scores), not timestamps, durations or host.
 
 A part is refused whole, the store unchanged, when it does not belong to the study: other resolved settings (a
-grid extended under its ``extended:`` may grow them), another study-level digest, a record from a checkout with
-uncommitted changes, a record failing its own digest check, or a unit already stored with another identity. The
-store is rewritten as a whole folder (``io.atomic_directory``), its index last: a publish that fails or is killed
-leaves it as it was, or complete.
+grid extended under its ``extended:`` may grow them; comparisons of runs the study does not select are no part of
+them), another study-level digest, a record from a checkout with uncommitted changes, a record failing its own
+digest check, or a unit already stored with another identity. The store is rewritten as a whole folder
+(``io.atomic_directory``), its index last: a publish that fails or is killed leaves it as it was, or complete.
 """
 
 from __future__ import annotations
@@ -245,6 +245,15 @@ def _slices(results: Path) -> dict[str, str]:
     return {p.name: file_sha256(p) for p in sorted(results.glob("*.json"))}
 
 
+def _study_settings(exp: dict[str, Any]) -> dict[str, Any]:
+    """A resolved experiment (experiment.json) as the study's identity: without the comparisons that name a run it
+    does not select, which neither train nor score anything of it (config.yaml lists comparisons of every run it
+    defines, so one added there for a new run leaves a stored study's identity alone)."""
+    ran = set(exp["runs"])
+    return {**exp, "comparisons": {name: c for name, c in exp.get("comparisons", {}).items()
+                                   if set(c["runs"]) <= ran}}
+
+
 def _grown_by_extension(old: dict[str, Any], new: dict[str, Any]) -> bool:
     """Whether experiment ``new`` is ``old`` with values added to its grids' ``extended:`` (and their runs)."""
     old_grids, new_grids = old.get("grids", {}), new.get("grids", {})
@@ -259,7 +268,7 @@ def _grown_by_extension(old: dict[str, Any], new: dict[str, Any]) -> bool:
                 return False
     trimmed = {**new, "grids": old_grids, "runs": {r: new["runs"][r] for r in old["runs"]},
                "select": [r for r in new["select"] if r in old["runs"]]}
-    return json_text(trimmed) == json_text(old)
+    return json_text(_study_settings(trimmed)) == json_text(_study_settings(old))
 
 
 def _resolved_config(configfiles: list[str], part_experiment: dict[str, Any], results: Path) -> dict[str, Any]:
@@ -377,7 +386,7 @@ def _check_study(index: Index, store: Path, part: dict[str, Any], study: dict[st
         raise _refuse(store, f"the part's data or BPE differ from the study's ({', '.join(differ[:3])}{more}): "
                       "another corpus or vocabulary")
     old = read_json(store / EXPERIMENT_JSON)
-    grown = json_text(old) != json_text(part)
+    grown = json_text(_study_settings(old)) != json_text(_study_settings(part))
     if grown and not _grown_by_extension(old, part):
         raise _refuse(store, f"the part's resolved settings ({EXPERIMENT_JSON}) differ from the study's, and not by "
                       "a grid's extended: values: " + _differing_keys(old, part))

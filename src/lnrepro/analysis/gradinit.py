@@ -14,8 +14,9 @@ Decisions:
 - The loss is the paper's (Section 3.1): the cross-entropy averaged over the batch's target positions;
   ``label_smoothing`` (default 0) and ``dropout`` (default off: the model in eval mode, gradients still
   computed) are configurable, and both are off in Theorem 1.
-- Models: every registered norm variant (lnrepro.norms.NORMS) at every depth L (encoder = decoder layers)
-  of ``analysis.gradinit.depths``, at the experiment's width unless the section overrides it, for every seed.
+- Models: every norm variant of ``analysis.gradinit.norms`` (absent: the six measured before that key existed,
+  ``GRADINIT_NORMS``) at every depth L (encoder = decoder layers) of ``analysis.gradinit.depths``, at the
+  experiment's width unless the section overrides it, for every seed.
   Each model is built right after ``torch.manual_seed(seed)``, then given the variant's data-dependent
   initialization on the seed's first batch (``Transformer.init_from_data``; a no-op for post, pre and
   pre_nofinal). Every variant builds the same embeddings and Linear layers, which fairseq's initialization draws
@@ -59,7 +60,6 @@ from ..device import DEFAULT_DEVICE, select_device
 from ..errors import LnReproError
 from ..integrity import check_run
 from ..io import atomic_write_csv
-from ..norms import NORMS
 from ..paths import RunFolder
 from ..records import EpochManifest, RunStatus
 
@@ -264,9 +264,9 @@ def _write(rows: list[dict[str, Any]], out_csv: Path) -> pd.DataFrame:
 
 def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: int,
                  fit_csv: Path | None = None, device: str = DEFAULT_DEVICE) -> pd.DataFrame:
-    """For each seed, depth and registered norm variant of ``analysis.gradinit``: a freshly initialized model
-    on the seed's K training batches, on ``device`` (cpu | cuda). Writes ``out_csv`` (columns CSV_COLUMNS) and, when given, ``fit_csv``
-    (the fit over depths, lnrepro.analysis.gradinit_fit); returns the table."""
+    """For each seed, depth and norm variant of ``analysis.gradinit`` (``measured_norms``): a freshly initialized
+    model on the seed's K training batches, on ``device`` (cpu | cuda). Writes ``out_csv`` (columns CSV_COLUMNS)
+    and, when given, ``fit_csv`` (the fit over depths, lnrepro.analysis.gradinit_fit); returns the table."""
     import torch
     from tqdm import tqdm
 
@@ -276,7 +276,7 @@ def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: 
     job = _Job(config, bpe_dir, threads, device)
     s = job.settings
     rows: list[dict[str, Any]] = []
-    for seed, depth, norm in tqdm([(sd, d, n) for sd in s.seeds for d in s.depths for n in NORMS],
+    for seed, depth, norm in tqdm([(sd, d, n) for sd in s.seeds for d in s.depths for n in s.measured_norms],
                                   desc="gradinit", unit="model"):
         torch.manual_seed(seed)  # the same initial weights for every norm position of a seed
         model = Transformer(init_model_settings(config, norm, depth).model_config(job.vocab))

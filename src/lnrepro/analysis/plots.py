@@ -38,13 +38,15 @@ if TYPE_CHECKING:
 # File names of the figures (workflow/report/<stem>.rst holds each caption).
 
 # Per norm variant, by its position in NORMS (post, pre, then any other): line style, and colour in gradinit.
-# Eight distinct ones for the eight registered variants (post, pre, pre_nofinal, deepnorm, admin, rezero, tfixup,
-# resi_dual), then again; each with the word the report's text uses for it.
+# Eleven distinct ones, in registration order (post, pre, pre_nofinal, deepnorm, admin, rezero, tfixup, resi_dual,
+# b2t, sandwich, dyt), then again; each with the word the report's text uses for it.
 _NORM_LINESTYLES: list[tuple[Any, str]] = [("-", "solid"), ("--", "dashed"), (":", "dotted"), ("-.", "dash-dotted"),
                                             ((0, (5, 1, 1, 1, 1, 1)), "dash-dot-dotted"), ((0, (1, 3)), "loosely dotted"),
-                                            ((0, (5, 5)), "loosely dashed"),
+                                            ((0, (5, 1)), "densely dashed"), ((0, (3, 1, 1, 1)), "densely dash-dotted"),
+                                            ((0, (1, 1)), "densely dotted"), ((0, (5, 5)), "loosely dashed"),
                                             ((0, (3, 5, 1, 5)), "loosely dash-dotted")]
-_NORM_COLORS = ["tab:red", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive", "tab:orange", "tab:cyan"]
+_NORM_COLORS = ["tab:red", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive", "tab:orange", "tab:cyan",
+                "tab:pink", "tab:gray", "black"]
 
 
 def norm_style(norm: str | None) -> dict[str, Any]:

@@ -44,6 +44,10 @@ def _dotted(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
+# Field metadata: the key is left out of the section's mapping while its value is None (``Section.to_dict``).
+ABSENT_WHEN_NONE = "absent_when_none"
+
+
 class Section:
     """Base of every configuration section: built from a mapping, written back as one."""
 
@@ -68,8 +72,11 @@ class Section:
         return cls(**kwargs)  # type: ignore[call-arg]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready mapping: nested sections as mappings, tuples as lists (as JSON reads them back)."""
-        return plain(dataclasses.asdict(self))  # type: ignore[call-overload]
+        """Plain JSON-ready mapping: nested sections as mappings, tuples as lists (as JSON reads them back). A field
+        marked ``ABSENT_WHEN_NONE`` is left out while it is None, so that a key added later with None meaning
+        "as before" keeps the files written before it (experiment.json, a store's slices) byte for byte."""
+        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                if not (f.metadata.get(ABSENT_WHEN_NONE) and getattr(self, f.name) is None)}
 
     @classmethod
     def read(cls: type[T], path: str | Path) -> T:
@@ -351,6 +358,11 @@ class Comparison(Section):
     claim: str
 
 
+# analysis.gradinit.norms when the key is absent: the variants gradinit measured before the key existed, in their
+# order then (variants registered later are measured only where an experiment lists them).
+GRADINIT_NORMS: tuple[str, ...] = ("post", "pre", "pre_nofinal", "deepnorm", "admin", "rezero")
+
+
 @dataclass(frozen=True)
 class GradinitSettings(Section):
     """analysis.gradinit: the expected gradient at initialization (Xiong et al. 2020, Section 3.4, Figure 3)."""
@@ -366,6 +378,14 @@ class GradinitSettings(Section):
     dropout: bool = False  # the theorem's model has none
     precision: str = "fp32"  # fp32 | bf16 (autocast)
     after_warmup_run: str | None = "postln_warmup_isqrt"  # measured at its end of warm-up when selected
+    # The norm variants measured, in this order; None (the key absent): GRADINIT_NORMS, the six measured before the
+    # key existed, so that an experiment resolved without it (experiment.json, a store's) stays the same.
+    norms: tuple[str, ...] | None = field(default=None, metadata={ABSENT_WHEN_NONE: True})
+
+    @property
+    def measured_norms(self) -> tuple[str, ...]:
+        """The variants gradinit measures: ``norms``, or GRADINIT_NORMS when it is not set."""
+        return GRADINIT_NORMS if self.norms is None else self.norms
 
 
 @dataclass(frozen=True)

@@ -576,7 +576,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         variant = norm_variant(cfg.norm)  # an unknown model.norm fails here, naming the registered ones
-        stream = residual_class(cfg.norm).stream  # and a described one without its module
+        variant_residual = residual_class(cfg.norm)  # and a described one without its module
+        stream = variant_residual.stream
         d, v = cfg.d_model, cfg.vocab_size
         self.embed_scale = math.sqrt(d)  # fairseq: embed_scale = sqrt(embed_dim)
         self.encoder_embed = nn.Embedding(v, d, padding_idx=PAD)
@@ -591,9 +592,10 @@ class Transformer(nn.Module):
         # What a variant carries from layer to layer beside the hidden tensor (Residual.stream; none for most)
         self.encoder_stream = stream(cfg) if stream is not None else None
         self.decoder_stream = stream(cfg) if stream is not None else None
-        # Pre-LN: one final LN after each stack; Post-LN: none (fairseq: layer_norm iff normalize_before)
-        self.encoder_norm = nn.LayerNorm(d) if variant.final_norm else None
-        self.decoder_norm = nn.LayerNorm(d) if variant.final_norm else None
+        # Pre-LN: one final LN after each stack; Post-LN: none (fairseq: layer_norm iff normalize_before); a variant
+        # may replace the LN (Residual.final_norm)
+        self.encoder_norm = variant_residual.final_norm(cfg) if variant.final_norm else None
+        self.decoder_norm = variant_residual.final_norm(cfg) if variant.final_norm else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -623,6 +625,9 @@ class Transformer(nn.Module):
             elif isinstance(module, nn.LayerNorm):  # the stacks' final LayerNorms (and a stream's)
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
+        for norm in (self.encoder_norm, self.decoder_norm):  # a variant's own final norm (DyT's): its constants
+            if norm is not None and not isinstance(norm, nn.LayerNorm):
+                norm.reset_parameters()
         # The variant's initialization, after fairseq's draws: its own parameters and any weights it changes.
         c = self.cfg
         for stack, layers in (("encoder", self.encoder_layers), ("decoder", self.decoder_layers)):

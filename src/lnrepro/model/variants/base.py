@@ -21,6 +21,8 @@ residual stream) names a ``Stream`` class: each stack then holds one ``Stream`` 
 ``decoder_stream``), whose ``begin`` turns the embeddings (after their dropout) into the state the first layer
 takes, every residual module takes and returns that state, and whose ``end`` turns the last layer's state into
 the stack's output. Without one (``stream`` None) the state is the hidden tensor.
+
+``final_norm(cfg)`` builds the module after each stack where the description has one (a LayerNorm; DyT's own).
 """
 
 from __future__ import annotations
@@ -85,6 +87,13 @@ class Residual(nn.Module):
     def init_model(cls, model: nn.Module) -> None:
         """After every layer's ``init_weights``: ``model`` the whole Transformer, whose weights outside the layers
         (embeddings, output projection) the variant may change."""
+
+    @classmethod
+    def final_norm(cls, cfg: ModelConfig) -> nn.Module:
+        """The module after the last layer of each stack, where the variant's description has one
+        (``NormVariant.final_norm``): a LayerNorm, unless the variant replaces it. The model initializes it with its
+        ``reset_parameters()``."""
+        return nn.LayerNorm(cfg.d_model)
 
 
 class LayerNormResidual(Residual):
