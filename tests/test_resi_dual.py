@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import fake_bpe, tiny_experiment
-from lnrepro.analysis.gradinit import run_gradinit
+from conftest import fake_bpe
 from lnrepro.model import Transformer
 from lnrepro.model.variants import RESIDUALS
 from lnrepro.model.variants.resi_dual import ResiDual, ResiDualStream
 from lnrepro.norms import norm_variant
 from lnrepro.train.loss import label_smoothed_nll_loss
 from lnrepro.vocab import PAD
-from variant_models import TINY, VOCAB, tiny_model
+from variant_models import TINY, VOCAB, gradinit_measures, tiny_model
 
 torch.set_num_threads(1)
 
@@ -192,17 +190,5 @@ def test_trains_through_the_loop_and_resumes_bitwise(tmp_path, monkeypatch):
     assert_same_weights(reference, run, epochs=2)
 
 
-def test_gradinit_measures_it(tmp_path):
-    bpe = fake_bpe(tmp_path / "bpe", vocab=VOCAB, n=64)
-    experiment = tiny_experiment({**TINY, "norm": "resi_dual"},
-                                 {"batches": 2, "seeds": [1, 2, 3], "max_tokens": 128, "depths": [2, 3]})
-    assert experiment.gradinit_config().model.norm == "resi_dual"  # model.norm: resi_dual validates
-    fit_csv = tmp_path / "fit.csv"
-    run_gradinit(experiment.gradinit_config(), bpe, tmp_path / "gradinit.csv", threads=1, fit_csv=fit_csv)
-    table = pd.read_csv(tmp_path / "gradinit.csv")
-    values = table.loc[table["norm"] == "resi_dual", "value"]
-    assert len(values) == len(table[table["norm"] == "post"]) and (values > 0).all()
-    fit = pd.read_csv(fit_csv).fillna({"note": ""})
-    top = fit[(fit["norm"] == "resi_dual") & (fit["stack"] == "dec") & (fit["param"] == "fc2")
-              & (fit["statistic"] == "expected_grad_fro")]
-    assert len(top) == 1 and top["note"].iloc[0] == ""
+def test_gradinit_measures_it_where_listed(tmp_path):
+    gradinit_measures("resi_dual", fake_bpe(tmp_path / "bpe", vocab=VOCAB, n=64))

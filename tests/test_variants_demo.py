@@ -12,7 +12,7 @@ from conftest import REPO, copy_repo, snakemake
 from lnrepro import config as cfg
 
 LAYERS = ("presets/demo.yaml", "presets/variants-demo.yaml")
-VARIANTS = ("postln", "preln", "b2t", "sandwich", "dyt")
+VARIANTS = ("postln", "preln", "tfixup", "resi_dual", "b2t", "sandwich", "dyt")
 RUNS = {f"{v}_{w}_isqrt" for v in VARIANTS for w in ("warmup", "nowarmup")}
 
 
@@ -20,12 +20,12 @@ def test_the_preset_is_the_demo_with_the_variants_arms():
     x = cfg.experiment(cfg.load_config([REPO / "config.yaml", *(REPO / p for p in LAYERS)]))
     demo = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / LAYERS[0]]))
     assert x.name == "variants-demo" and set(x.select) == RUNS and x.seeds == (1, 2)
-    assert x.analysis.gradinit.measured_norms == ("post", "pre", "b2t", "sandwich", "dyt")
-    assert {x.runs[r].model.norm for r in x.select} == {"post", "pre", "b2t", "sandwich", "dyt"}
+    assert x.analysis.gradinit.measured_norms == ("post", "pre", "tfixup", "resi_dual", "b2t", "sandwich", "dyt")
+    assert {x.runs[r].model.norm for r in x.select} == {"post", "pre", "tfixup", "resi_dual", "b2t", "sandwich", "dyt"}
     assert all(x.runs[r].schedule.warmup == ("_warmup_" in r) for r in x.select)
     ref = demo.runs["postln_warmup_isqrt"]
     assert all(x.runs[r].model.d_model == ref.model.d_model and x.runs[r].train == ref.train for r in x.select)
-    for v in ("b2t", "sandwich", "dyt"):  # each variant's warm-up comparison is in the experiment
+    for v in ("tfixup", "resi_dual", "b2t", "sandwich", "dyt"):  # each variant's warm-up comparison
         assert set(x.comparisons[f"warmup_{v}_isqrt"].runs) == {f"{v}_nowarmup_isqrt", f"{v}_warmup_isqrt"}
 
 
@@ -33,7 +33,7 @@ def test_the_dry_run_lists_every_training():
     proc = snakemake(REPO, "-n", "--configfile", *LAYERS)
     out = proc.stdout + proc.stderr
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
-    assert counts["train_run"] == "20" and counts["score_checkpoint"] == "20"  # 10 runs x 2 seeds
+    assert counts["train_run"] == "28" and counts["score_checkpoint"] == "28"  # 14 runs x 2 seeds
     assert counts["gradinit"] == "1" and counts["make_report"] == "1"
     assert {run for run, _ in re.findall(r"wildcards: run=(\w+), seed=(\d)", out)} == RUNS
 
@@ -43,7 +43,7 @@ def test_the_preset_runs_through_snakemake(tmp_path):
     snakemake(workdir, "--cores", "2", "--configfile", *LAYERS)
     exp = workdir / "results" / "variants-demo"
     gradinit = pd.read_csv(exp / "analysis" / "gradinit.csv")
-    assert list(dict.fromkeys(gradinit["norm"])) == ["post", "pre", "b2t", "sandwich", "dyt"]
+    assert list(dict.fromkeys(gradinit["norm"])) == ["post", "pre", "tfixup", "resi_dual", "b2t", "sandwich", "dyt"]
     for run in RUNS:
         for seed in (1, 2):
             assert (exp / "runs" / run / f"seed{seed}" / "summary.json").is_file()
