@@ -1,4 +1,4 @@
-"""The end point's equivalence tests of Figure 4's arms (lnrepro.analysis.equivalence) on fabricated seed
+"""The end point's equivalence tests of Figure 4's arms (lnrepro.analysis.stats.equivalence) on fabricated seed
 values: the resolution arithmetic, the three verdicts, the direction of the difference, an arm that failed."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from scipy import stats
 
 from conftest import REPO
 from lnrepro import config
-from lnrepro.analysis import budget as bu
-from lnrepro.analysis import equivalence as eq
+from lnrepro.analysis.stats import budget as bu
+from lnrepro.analysis.stats import equivalence as eq
 
 DEMO = config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"]))
 POST, PRE = DEMO.comparisons["figure4"].runs  # arm a, arm b

@@ -17,10 +17,10 @@ import pytest
 from lnrepro import config
 from lnrepro.analysis import FIGURES
 from lnrepro.analysis import aggregate as ag
-from lnrepro.analysis import claims as cl
-from lnrepro.analysis import plots
-from lnrepro.analysis.claims import STATUSES
-from lnrepro.analysis.report import make_report
+from lnrepro.analysis.sections import claims as cl
+from lnrepro.analysis.render import plots
+from lnrepro.analysis.sections.claims import STATUSES
+from lnrepro.analysis.render.report import make_report
 from lnrepro.analysis.results import read_results
 from lnrepro.config import Experiment
 from lnrepro.paper import DEVIATIONS
@@ -559,7 +559,7 @@ def test_a_claim_needing_an_unscored_epoch_says_so(tmp_path):
     """valid scored at epochs 1 and 3 only (test at 2 and 3): the Figure 4 epoch-ratio claim needs valid at
     epoch 2 (three quarters of 3), so it is not measured and says why; valid's cells leave out the earlier
     epoch and the CPU-time budget."""
-    from lnrepro.analysis.claims import published
+    from lnrepro.analysis.sections.claims import published
 
     exp_dir, exp = make_tree(tmp_path, scored={"valid": [1, EPOCHS], "test": [2, EPOCHS]})
     make_report(exp_dir, exp, exp_dir / "report")
@@ -628,7 +628,7 @@ def _gradinit_rows(checkpoint: str = "init", depths=(2, 3), seeds=(1, 2, 3)) -> 
 
 
 def test_report_with_gradinit_and_partial_tree(tmp_path):
-    from lnrepro.analysis.gradinit_fit import write_fit
+    from lnrepro.analysis.stats.gradinit_fit import write_fit
 
     exp_dir, _ = make_tree(tmp_path)
     # a run folder deleted (not trained yet) must not break the report
@@ -772,8 +772,8 @@ def test_learning_rates_from_train_jsonl(tmp_path, drawn):
 
 def _factorial_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Observations, cells and design of the full 2x2x2 design, two seeds, the no-warm-up Post-LN cells diverged."""
-    from lnrepro.analysis import budget as bu
-    from lnrepro.analysis.effects import FACTORS
+    from lnrepro.analysis.stats import budget as bu
+    from lnrepro.analysis.stats.effects import FACTORS
 
     design = pd.DataFrame([{"run": f"c{n}{w}{d}", "norm": n, "warmup": w, "decay": d}
                            for n in (-1, 1) for w in (-1, 1) for d in (-1, 1)])
@@ -790,7 +790,7 @@ def _factorial_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 
 def test_plot_cells_effects_interaction(drawn):
-    from lnrepro.analysis import effects as ef
+    from lnrepro.analysis.stats import effects as ef
 
     obs, cells, design = _factorial_tables()
     effects = ef.effects_table(ef.fits(obs, design))

@@ -270,7 +270,7 @@ def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: 
     from tqdm import tqdm
 
     from ..model import Transformer
-    from .gradinit_fit import write_fit
+    from .stats.gradinit_fit import write_fit
 
     job = _Job(config, bpe_dir, threads, device)
     s = job.settings

@@ -13,10 +13,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from ..config.settings import FACTOR_KEYS, Experiment
-from . import aggregate as ag
-from .claims import fmt
-from .confounds import differing_keys, flatten
+from ...config.settings import FACTOR_KEYS, Experiment
+from .. import aggregate as ag
+from ..sections.claims import fmt
+from ..sections.confounds import differing_keys, flatten
 
 
 def setting_value(v: Any) -> Any:

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..norms import NORMS
-from ..io import atomic_write_csv
+from ...norms import NORMS
+from ...io import atomic_write_csv
 
 FIT_COLUMNS = ["norm", "stack", "layer", "param", "statistic", "b", "b_low", "b_high", "c", "depths", "seeds", "n",
                "theory_b", "interval", "note"]

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import LnReproError
-from ..io import write_generated
-from ..paths import ANSWER_MD, PUBLISHED_REPORTS
-from . import DEPTH_FIGURES, FIGURES
+from ...errors import LnReproError
+from ...io import write_generated
+from ...paths import ANSWER_MD, PUBLISHED_REPORTS
+from .. import DEPTH_FIGURES, FIGURES
 
 FIGURE4 = "figure4"  # the comparison whose runs are the paper's Figure 4 (config.yaml, comparisons)
 ANSWER_WORDS = 200  # the README quotes answer.md's paragraphs up to about this many words; the report has them all
@@ -171,7 +171,7 @@ def endpoint_part(report: Path, shown_as: str) -> list[str]:
 def depth_failures_sentence(report: Path) -> str:
     """The cells with failed seeds at the last epoch, with Wilson 95% intervals (depth_rates.csv), and the
     design's resolution."""
-    from .depth import resolution_text
+    from ..sections.depth import resolution_text
 
     rates = _table(report, "depth_rates")
     at = rates[rates["budget"] == _budget(report)]

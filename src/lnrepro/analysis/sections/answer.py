@@ -45,11 +45,11 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..config.settings import FACTOR_KEYS, Experiment, ReportSettings
-from .aggregate import ANNEALED, IMPROVING, UNDETERMINED, WORSENING, slope_fit, slope_label, step_cuts
-from .budget import COST, LEVEL, OK, mean_interval
-from .effects import welch
-from .tables import grid_of
+from ...config.settings import FACTOR_KEYS, Experiment, ReportSettings
+from ..aggregate import ANNEALED, IMPROVING, UNDETERMINED, WORSENING, slope_fit, slope_label, step_cuts
+from ..stats.budget import COST, LEVEL, OK, mean_interval
+from ..stats.effects import welch
+from ..tables import grid_of
 
 FACTORS = tuple(FACTOR_KEYS)  # norm, warmup, decay
 MEASURES = ("epochs", "updates", COST, "train_wall_s")  # what a time to quality is counted in

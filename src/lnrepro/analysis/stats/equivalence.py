@@ -26,10 +26,10 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..config.settings import Experiment
-from .answer import Pair, figure4_pair, seed_values
+from ...config.settings import Experiment
+from ..sections.answer import Pair, figure4_pair, seed_values
 from .budget import DID_NOT_TRAIN, FAILED, LEVEL, epoch_label, t_quantile
-from .claims import fmt, norm_label
+from ..sections.claims import fmt, norm_label
 from .effects import welch
 
 ALPHA = 0.05  # the two one-sided tests' level: equivalent when both reject at 5% (the 90% interval within the margin)

@@ -34,12 +34,12 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..config.settings import Experiment, ReportSettings
-from ..norms import NORMS
-from . import budget as bu
+from ...config.settings import Experiment, ReportSettings
+from ...norms import NORMS
+from ..stats import budget as bu
 from . import claims as cl
 from .answer import MEASURES, crossing
-from .results import SeedResults
+from ..results import SeedResults
 
 LEVEL = 0.95
 OPEN = "no published claim: measured only"
@@ -328,7 +328,7 @@ def claim_table(rates: pd.DataFrame, last: str, gradinit_fit: pd.DataFrame | Non
 def _exponent_rows(fit: pd.DataFrame | None) -> list[dict[str, Any]]:
     """Pre-LN without its final LayerNorm at initialization: its exponent b of the last decoder layer's W2
     against depth (Figure 3(c)'s fit), beside Pre-LN's and Post-LN's, measured only."""
-    from .gradinit_fit import headline
+    from ..stats.gradinit_fit import headline
 
     if fit is None:
         return []

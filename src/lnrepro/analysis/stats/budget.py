@@ -33,8 +33,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..config.settings import ReportSettings
-from ..records import RunStatus
+from ...config.settings import ReportSettings
+from ...records import RunStatus
 
 # A seed's outcome at a budget: a checkpoint's status (lnrepro.records.RunStatus), or the budget's own.
 OK, DIVERGED, STOPPED = RunStatus.OK.value, RunStatus.DIVERGED.value, RunStatus.STOPPED.value

@@ -24,7 +24,7 @@ Where the paper states a direction (``direction: {than, side, words}`` in publis
 (the interval lies on the claimed side of ``than``) and stronger, weaker or as strong as published (the interval
 beyond, short of, or overlapping the published value's tolerance), or against the published direction.
 
-The epoch-ratio claim is measured on interpolated epochs (``lnrepro.analysis.answer.crossing``: each seed's
+The epoch-ratio claim is measured on interpolated epochs (``lnrepro.analysis.sections.answer.crossing``: each seed's
 BLEU interpolated linearly between its scored checkpoints), because whole epochs move the ratio in steps of
 1/k, coarser than the claim's tolerance; the whole-checkpoint ratio stays in the note.
 """
@@ -37,13 +37,13 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from ..config.settings import Experiment
-from ..errors import LnReproError
-from ..norms import NORMS
-from ..paper import PUBLISHED, SIZE_KEYS, published
-from . import effects as ef
-from .budget import OK, epoch_at, mean_interval
-from .tables import grid_of
+from ...config.settings import Experiment
+from ...errors import LnReproError
+from ...norms import NORMS
+from ...paper import PUBLISHED, SIZE_KEYS, published
+from ..stats import effects as ef
+from ..stats.budget import OK, epoch_at, mean_interval
+from ..tables import grid_of
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 NOT_AT_SCALE, NOT_MEASURED = "not measured at this scale", "not measured"
@@ -259,7 +259,7 @@ def _measure_simple_effect(ev: Evidence, m: Mapping[str, Any]) -> Measured:
 
 def _gradinit_scale(ev: Evidence) -> tuple[str, bool]:
     """Where the gradient at initialization was measured: the dataset and the analysed width (the depths vary)."""
-    from .gradinit_fit import init_rows
+    from ..stats.gradinit_fit import init_rows
 
     paper = published()["paper"]["scale"]
     width = {k: int(init_rows(ev.gradinit)[k].iloc[0]) for k in ("d_model", "ffn_dim", "heads")
@@ -273,7 +273,7 @@ def _gradinit_scale(ev: Evidence) -> tuple[str, bool]:
 
 def _measure_gradinit_exponent(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     """Theorem 1's depth exponent b of the last decoder layer's W^2 expected gradient (gradinit_fit.csv)."""
-    from .gradinit_fit import headline
+    from ..stats.gradinit_fit import headline
 
     if ev.gradinit_fit is None or ev.gradinit is None:
         return Measured(note="gradient at initialization not computed (analysis/gradinit_fit.csv absent)")
@@ -290,7 +290,7 @@ def _measure_gradinit_exponent(ev: Evidence, m: Mapping[str, Any]) -> Measured:
 
 def _measure_gradinit_last_layer(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     """Figure 3(c)'s value: the last decoder layer's W^2 expected gradient at init, over depths and seeds."""
-    from .gradinit_fit import HEADLINE, init_rows, last_layer
+    from ..stats.gradinit_fit import HEADLINE, init_rows, last_layer
 
     if ev.gradinit is None:
         return Measured(note="gradient at initialization not computed (analysis/gradinit.csv absent)")

@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..config.settings import FACTOR_KEYS, Comparison, Experiment, RunSettings, inert_settings
-from ..errors import LnReproError
-from ..io import atomic_write_text
-from ..norms import DIFFERENCE_KINDS, NORMS, Difference
+from ...config.settings import FACTOR_KEYS, Comparison, Experiment, RunSettings, inert_settings
+from ...errors import LnReproError
+from ...io import atomic_write_text
+from ...norms import DIFFERENCE_KINDS, NORMS, Difference
 
 # The config key of the norm variant, and how a sentence names each kind of thing a variant changes beside it.
 NORM_KEY = FACTOR_KEYS["norm"]

@@ -33,9 +33,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..config.settings import FACTOR_KEYS, Experiment
+from ...config.settings import FACTOR_KEYS, Experiment
 from .budget import FAILED, LEVEL, MISSING, NOT_REACHED, OK
-from .tables import grid_of
+from ..tables import grid_of
 
 FACTORS: tuple[str, ...] = tuple(FACTOR_KEYS)
 # Each factor's (low, high) level: coded -1 and +1.

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.settings import Experiment
-from ..optimizers import OPTIMIZERS
-from ..paper import FAIRSEQ_DICTS, PAPER_PARAMS_M, SIZE_KEYS, UNSTATED, published
+from ...config.settings import Experiment
+from ...optimizers import OPTIMIZERS
+from ...paper import FAIRSEQ_DICTS, PAPER_PARAMS_M, SIZE_KEYS, UNSTATED, published
 
 
 def _per_split(experiment: Experiment, name: str) -> dict[str, Any]:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..config.settings import Experiment
-from ..norms import norm_variant
-from .budget import OK
+from ...config.settings import Experiment
+from ...norms import norm_variant
+from ..stats.budget import OK
 from .confounds import flatten
 from .answer import seed_values
-from .effects import welch
+from ..stats.effects import welch
 
 BASES = ("post", "pre")  # the paper's two: every other variant is contrasted with both
 METRICS = ("nll_base2", "bleu_tok")

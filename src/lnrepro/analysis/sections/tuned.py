@@ -24,9 +24,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from ..config.settings import Comparison, Experiment
-from .budget import LEVEL, OK
-from .tables import setting_cell
+from ...config.settings import Comparison, Experiment
+from ..stats.budget import LEVEL, OK
+from ..tables import setting_cell
 
 BRACKET_COLUMNS = ["grid", "axis", "best_run", "best_value", "values", "n_values", "extensions", "extended_with",
                    "position", "selected_by"]

@@ -28,27 +28,27 @@ import jinja2
 import pandas as pd
 from markupsafe import Markup
 
-from ..config.settings import Experiment
-from ..io import atomic_directory, atomic_write_csv, atomic_write_text
-from ..norms import NORMS
-from ..paper import DEVIATIONS
-from ..paths import ANSWER_MD
-from . import aggregate as ag
-from . import budget as bu
-from . import findings as fi
-from . import answer as an
-from . import equivalence as eq
-from . import tuned as tu
+from ...config.settings import Experiment
+from ...io import atomic_directory, atomic_write_csv, atomic_write_text
+from ...norms import NORMS
+from ...paper import DEVIATIONS
+from ...paths import ANSWER_MD
+from .. import aggregate as ag
+from ..stats import budget as bu
+from ..sections import findings as fi
+from ..sections import answer as an
+from ..stats import equivalence as eq
+from ..sections import tuned as tu
 from . import views as vw
-from .build import ReportData, build
-from .claims import STATUSES, fmt
-from .depth import OPEN
-from .confounds import flatten, write_confounds
+from ..build import ReportData, build
+from ..sections.claims import STATUSES, fmt
+from ..sections.depth import OPEN
+from ..sections.confounds import flatten, write_confounds
 from .deviations import config_deviations, recipe_notes, unstated_rows
-from .effects import LEVEL_WORDS
-from .gradinit_fit import headline, init_rows, series_label
+from ..stats.effects import LEVEL_WORDS
+from ..stats.gradinit_fit import headline, init_rows, series_label
 from .plots import make_figures, norm_line_words
-from .results import read_results
+from ..results import read_results
 
 _NUMBER = re.compile(r"^[-+]?(\d|\.\d|inf|nan)", re.IGNORECASE)
 
@@ -333,7 +333,7 @@ LEAD = ("answer",)
 
 def _environment() -> jinja2.Environment:
     """The templates beside this module, HTML-escaped unless marked safe; an undefined variable is an error."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("lnrepro.analysis", "templates"), autoescape=True,
+    env = jinja2.Environment(loader=jinja2.PackageLoader("lnrepro.analysis.render", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True)
     env.globals["table"] = table

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from . import aggregate as ag
-from . import budget as bu
-from . import effects as ef
+from .. import aggregate as ag
+from ..stats import budget as bu
+from ..stats import effects as ef
 from .claims import claim_sentence, fmt, norm_label
 
 if TYPE_CHECKING:
-    from .build import ReportData
+    from ..build import ReportData
 
 
 @dataclass

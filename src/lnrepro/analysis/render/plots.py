@@ -23,17 +23,17 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FixedFormatter, FixedLocator, MaxNLocator, NullLocator  # noqa: E402
 
-from ..config.settings import Experiment  # noqa: E402
-from ..io import atomic_write_bytes  # noqa: E402
-from ..norms import NORMS  # noqa: E402
-from . import DEPTH_FIGURES, FIGURES  # noqa: E402
-from .budget import COST, DIVERGED, OK  # noqa: E402
-from .claims import PaperMark, norm_label  # noqa: E402
-from .effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
-from .gradinit_fit import HEADLINE, headline, init_rows, last_layer, series_label  # noqa: E402
+from ...config.settings import Experiment  # noqa: E402
+from ...io import atomic_write_bytes  # noqa: E402
+from ...norms import NORMS  # noqa: E402
+from .. import DEPTH_FIGURES, FIGURES  # noqa: E402
+from ..stats.budget import COST, DIVERGED, OK  # noqa: E402
+from ..sections.claims import PaperMark, norm_label  # noqa: E402
+from ..stats.effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
+from ..stats.gradinit_fit import HEADLINE, headline, init_rows, last_layer, series_label  # noqa: E402
 
 if TYPE_CHECKING:
-    from .build import ReportData
+    from ..build import ReportData
 
 # File names of the figures (workflow/report/<stem>.rst holds each caption).
 
@@ -617,7 +617,7 @@ def make_figures(data: ReportData, fig_dir: Path) -> dict[str, Path]:
     return out
 
 
-# --- the Answer section's figure (lnrepro.analysis.answer's tables)
+# --- the Answer section's figure (lnrepro.analysis.sections.answer's tables)
 
 _FACTOR_COLORS = {"norm": "tab:purple", "warmup": "tab:orange", "decay": "tab:green"}
 
@@ -688,7 +688,7 @@ def plot_answer(data: ReportData, out: Path, *, styles: dict[str, dict[str, Any]
     """The Answer section's figure: top, the epochs each arm of Figure 4's pair needs to reach each target
     (validation BLEU left, loss right); bottom, Figure 4's gap at every epoch split along the main path, norm
     first (stacked), with the gap itself and its interval."""
-    from .answer import main_path, step_text
+    from ..sections.answer import main_path, step_text
 
     a, split = data.answer, data.agg.split
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.4), layout="constrained")
