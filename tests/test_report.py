@@ -249,8 +249,8 @@ def test_diverged_and_unevaluated_are_shown_as_such(report):
 def test_sections_notes_confounds_deviations(report):
     exp_dir, exp, index, p = report
     text = index.read_text()
-    for sec in ("What was run", "Figure 4 reproduction", "Confounds", "Stability", "Wall-clock",
-                "Gradient at initialization", "Assumptions and deviations", "Where it ran"):
+    for sec in ("Settings", "Figure 4 reproduced", "Confounds in full", "Stability and failures",
+                "Runs and their cost", "Gradient at initialization", "Assumptions and deviations", "Where it ran"):
         assert sec in text
     assert "DEMO NOTE: T_warmup" in text and all(d in html.unescape(text) for d in DEVIATIONS)
     assert "Expected gradient at initialization: not computed" in text
@@ -306,10 +306,13 @@ def _section(text: str, anchor: str) -> str:
 def test_findings_open_the_page_and_come_from_the_tables(report):
     exp_dir, _, index, p = report
     text = index.read_text()
-    assert re.findall(r'<h2 id="([a-z0-9]+)">', text)[:8] == [
-        "answer", "findings", "run", "figure4", "effects", "tuned", "variants", "claims"]
-    # the Answer comes before the table of contents: the first screen answers
-    assert text.index('<h2 id="answer">') < text.index('<a href="#answer">') < text.index('<h2 id="findings">')
+    # a results section: one section per question, then the appendix (no variant beyond the paper's two, no
+    # second depth: no such sections)
+    assert re.findall(r'<h2 id="([a-z0-9]+)">', text) == [
+        "answer", "figure4", "effects", "endpoint", "tuned", "stability", "gradinit",
+        "claims", "confounds", "findings", "run", "assumptions", "wallclock", "where", "files"]
+    # the summary, then the table of contents, then the Answer: the first screen answers
+    assert text.index('<p class="summary">') < text.index('<a href="#answer">') < text.index('<h2 id="answer">')
     assert '<h2 id="deviations">' not in text and '<h2 id="assumptions">' in text
     claims = pd.read_csv(exp_dir / "report" / "tables" / "claims.csv")
     section = _section(text, "findings")
@@ -348,8 +351,13 @@ def test_answer_md_quotes_the_answer_section_and_the_equivalence_tests(report):
     md = (out / "answer.md").read_text(encoding="utf-8")
     head, *paragraphs = md.rstrip("\n").split("\n\n")
     assert head == "# The answer: fake" and "\n" not in "".join(paragraphs)
-    section = _section(index.read_text(), "answer").split('<li><a href="#answer">', 1)[0]  # up to the contents
-    assert paragraphs == [html.unescape(x) for x in re.findall(r"<li>(.*?)</li>", section)]
+    # the Answer's finding first, then its list and the end point's sentences (the page shows the notes in the
+    # Answer's list, answer.md last)
+    answer, end_point = _section(index.read_text(), "answer"), _section(index.read_text(), "endpoint")
+    finding = re.findall(r'<p class="finding">(.*?)</p>', answer)
+    assert paragraphs[0] == html.unescape(finding[0])
+    assert sorted(paragraphs) == sorted(html.unescape(x) for x in finding + re.findall(r"<li>(.*?)</li>",
+                                                                                        answer + end_point))
     eq = pd.read_csv(out / "tables" / "equivalence.csv")
     assert list(eq["metric"]) == ["valid_bleu_tok", "valid_nll_base2", "test_bleu_tok", "test_nll_base2"]
     assert set(eq["verdict"]) == {"not tested"}  # preln_nowarmup_step8's seed 2 diverged at epoch 3
@@ -380,8 +388,8 @@ def test_equivalence_tested_and_failure_reference_printed(tmp_path):
     judged = fates[fates["run"] == "postln_nowarmup_isqrt"]
     assert set(judged["reference"]) == {"postln_warmup_isqrt"}
     assert set(fates.loc[fates["run"] != "postln_nowarmup_isqrt", "reference"]) == {""}
-    effects = html.unescape(_section(index.read_text(), "effects"))
-    assert "analysis.report.failure_reference: postln_nowarmup_isqrt against postln_warmup_isqrt" in effects
+    stability = html.unescape(_section(index.read_text(), "stability"))
+    assert "analysis.report.failure_reference: postln_nowarmup_isqrt against postln_warmup_isqrt" in stability
 
 
 def test_data_budget_effect_and_failure_tables(report):
@@ -406,7 +414,8 @@ def test_data_budget_effect_and_failure_tables(report):
     fates = pd.read_csv(tables / "seed_fates.csv")
     assert set(fates["budget"]) == {"epoch 3", "epoch 2"} and "did not train" in set(fates["fate"]) | {"did not train"}
     effects_html = html.unescape(_section(index.read_text(), "effects"))
-    assert "Welch-Satterthwaite" in effects_html and "analysis.report.failure_bleu_fraction" in effects_html
+    assert "Welch-Satterthwaite" in effects_html
+    assert "analysis.report.failure_bleu_fraction" in html.unescape(_section(index.read_text(), "stability"))
     assert "analysis.report.convergence_window" in html.unescape(_section(index.read_text(), "figure4"))
     last = effects[(effects["metric"] == "valid_bleu_tok") & (effects["budget"] == "epoch 3")].set_index("effect")
     # epoch 3: postln_nowarmup_isqrt diverged, preln_warmup_isqrt not scored: two cells, only norm identified

@@ -9,11 +9,14 @@ not yet run) only change what a section says; they never make the report fail. D
 as "diverged". The page is a function of the records alone (no date, no host of its own), so a store's report
 rebuilt anywhere has the same bytes; a study not yet finished says so first ("k of n units; missing: ...").
 
-``SECTIONS`` lists the page's sections in order (the table of contents comes from it too): each is an anchor, a
-heading and a function of the page that gives its template (``templates/sections/{anchor}.html.j2``) the
-variables it shows besides ``data`` (the builder's ``ReportData``, which every template reads) and ``table``
-(``{{ table(df, "id") }}`` renders one), or None where the experiment lacks that part of the design (the depth
-study with one depth): then the page has no such section.
+The page reads as a paper's results section: the title, a one-paragraph summary (``summary``), the table of
+contents, one section per question, then the appendix. ``SECTIONS`` lists the sections in order (the table of
+contents comes from it too): each is an anchor, a heading, a function of the page that gives its template
+(``templates/sections/{anchor}.html.j2``) the variables it shows besides ``data`` (the builder's ``ReportData``,
+which every template reads) and ``table`` (``{{ table(df, "id") }}`` renders one), or None where the experiment
+lacks that part of the design (the depth study with one depth, no variant beyond the paper's two): then the page
+has no such section; and its part (``PARTS``: a question, or the appendix). A question's variables include
+``finding``, the one or two sentences its section opens with, above its figure; its detail tables are folded.
 """
 
 from __future__ import annotations
@@ -114,17 +117,41 @@ def answer_markdown(data: ReportData) -> str:
     return "\n\n".join([f"# The answer: {data.experiment.name}", *answer, *end_point]) + "\n"
 
 
+def summary(data: ReportData) -> str:
+    """The paragraph under the title: the Answer's verdict, whether the curves have stopped changing, the claims'
+    tally and what was run, each sentence from the tables."""
+    e = data.experiment
+    speed = an.speed_sentences(data.answer, e, data.agg.split)
+    tally = data.study.claims["status"].value_counts()
+    claims = ", ".join(f"{int(tally[s])} {s}" for s in STATUSES if s in tally)
+    seeds = len(e.seeds)
+    return " ".join([speed[0], an.end_point_headline(data.answer, data.agg.split),
+                     f"Of the paper's {len(data.study.claims)} claims checked here: {claims}." if claims else "",
+                     f"{len(e.select)} runs of {seeds} seed{'s' if seeds != 1 else ''} each on {e.data.dataset}."]
+                    ).replace("  ", " ").strip()
+
+
 def _answer(page: Page) -> dict[str, Any]:
     d = page.data
     a = d.answer
-    sentences, end_point = answer_sentences(d)
-    return {"sentences": sentences, "pair": a.pair, "end_point": end_point, "equivalence": eq.view(d.equivalence),
+    speed = an.speed_sentences(a, page.experiment, d.agg.split)
+    notes = list(a.notes) if a.pair is not None else []
+    return {"finding": speed[0], "sentences": [*speed[1:], *notes], "pair": a.pair,
             "pairs": an.pairs_view(a, page.experiment), "settings": a.settings,
             "answer_figure": page.figure("answer", "Figure 4's gap at every epoch, split one factor at a time; time to "
                                             "quality of the pair"),
-            "endpoint": an.endpoint_view(a), "tolerance": f"{a.settings.convergence_tolerance:.1%}",
             "middle": f"{an.middle_fraction(a.settings):.0%}",
             "fractions": ", ".join(f"{f:.0%}" for f in a.settings.quality_fractions)}
+
+
+def _endpoint(page: Page) -> dict[str, Any]:
+    d = page.data
+    a = d.answer
+    end = an.end_point_sentences(a, page.experiment, d.agg.split)
+    tests = eq.sentences(d.equivalence, a.note)
+    return {"finding": an.end_point_headline(a, d.agg.split) or (tests[0] if tests else ""), "sentences": end,
+            "tests": tests, "pair": a.pair, "equivalence": eq.view(d.equivalence), "settings": a.settings,
+            "endpoint": an.endpoint_view(a), "tolerance": f"{a.settings.convergence_tolerance:.1%}"}
 
 
 def _findings(page: Page) -> dict[str, Any]:
@@ -158,7 +185,9 @@ def _figure4(page: Page) -> dict[str, Any]:
                for sp in e.eval.splits if sp != split]
     tables += [per_epoch(f"sacreBLEU (detokenized, against the raw references) on {sp}", sp, "sacrebleu",
                          f"sacrebleu-per-epoch-{sp}") for sp in e.eval.splits]
-    return {"pair": " vs ".join(d.figure4_runs) or "not configured or not selected", "split": split,
+    gap = fi.findings(d)[0].sentences
+    return {"finding": gap[-1] if gap else "", "pair": " vs ".join(d.figure4_runs) or "not configured or not selected",
+            "split": split,
             "figure4": page.figure("figure4", "Figure 4: validation loss and BLEU per epoch"),
             "figure4_time": page.figure("figure4_time",
                                         "Figure 4's curves against updates and the CPU-seconds of training"),
@@ -169,19 +198,19 @@ def _figure4(page: Page) -> dict[str, Any]:
 
 def _effects(page: Page) -> dict[str, Any]:
     s = page.data.study
-    return {"s": s, "target_fraction": f"{s.settings.target_fraction:.0%}", "target": fmt(s.target_bleu),
+    controlled = fi.findings(page.data)[1].sentences
+    return {"finding": " ".join(controlled[:2]), "s": s, "target_fraction": f"{s.settings.target_fraction:.0%}",
+            "target": fmt(s.target_bleu),
             "length_rule": bu.length_rule(page.experiment.lengths),
             "design": s.design.rename(columns={f: f"{f} (-1 {lo}, +1 {hi})" for f, (lo, hi) in LEVEL_WORDS.items()}),
             "cells": vw.cells_view(s.cells, page.experiment.select), "effects": vw.effects_view(s.effects),
-            "rules": fi.rules(page.data), "fates": vw.fates_view(s.seed_fates, s.last),
+            "rules": fi.rules(page.data),
             "by_epoch": [{"metric": m, "table": vw.effects_by_epoch_view(s.effects_by_epoch, m)}
                          for m in dict.fromkeys(s.effects_by_epoch["metric"])],
             "by_epoch_figure": page.figure("effects_by_epoch", "factorial effects at every scored epoch, 95% bands"),
             "cells_figure": page.figure("cells", f"every cell at {s.last}: seeds as points, mean and 95% interval"),
             "effects_figure": page.figure("effects", f"main effects and interactions at {s.fit_last}, 95% intervals"),
-            "interaction_figure": page.figure("interaction", f"norm x warm-up interaction at {s.last}"),
-            "failures_figure": page.figure("failures",
-                                           "share of seeds diverged, stopped or that did not train, per cell")}
+            "interaction_figure": page.figure("interaction", f"norm x warm-up interaction at {s.last}")}
 
 
 def _tuned(page: Page) -> dict[str, Any]:
@@ -189,16 +218,25 @@ def _tuned(page: Page) -> dict[str, Any]:
     grids = [{"name": name, "base": e.grids[name].base, "varies": ", ".join(e.grids[name].values),
               "seeds": ", ".join(map(str, e.grids[name].seeds)), "best": s.best.get(name, "none scored yet"),
               "table": t} for name, t in s.grids.items()]
-    return {"any": bool(e.grids), "last": ", ".join(dict.fromkeys(s.grid_last.values())) or s.last, "grids": grids,
+    sentences = tu.bracket_sentences(s.brackets)
+    finding = sentences[0] if sentences else "No grid is selected: this experiment has no tuned baselines."
+    return {"finding": finding, "any": bool(e.grids),
+            "last": ", ".join(dict.fromkeys(s.grid_last.values())) or s.last, "grids": grids,
             "tuned": s.tuned, "length_rule": bu.length_rule(e.lengths), "brackets": s.brackets,
-            "bracket_sentences": tu.bracket_sentences(s.brackets)}
+            "bracket_sentences": sentences}
 
 
-def _variants(page: Page) -> dict[str, Any]:
+def _variants(page: Page) -> dict[str, Any] | None:
+    """The variants beyond the paper's two; None (no section) when no such run is selected."""
     e, v = page.experiment, page.data.variant_contrasts
     others = [r for r in e.select if e.runs[r].model.norm not in ("post", "pre")]
+    if not others:
+        return None
     last = v[v["epoch"] == v["epoch"].max()] if len(v) else v
-    return {"any": bool(others), "registered": ", ".join(NORMS), "last": f"epoch {int(v['epoch'].max())}" if len(v) else "",
+    contrasted = sorted(set(v["variant_run"])) if len(v) else []
+    finding = (f"{len(contrasted)} of {len(others)} runs of a variant beyond Post-LN and Pre-LN are contrasted with "
+               "both at an equal schedule.")
+    return {"finding": finding, "last": f"epoch {int(v['epoch'].max())}" if len(v) else "",
             "missing": ", ".join(r for r in others if r not in set(v["variant_run"])), "rows": vw.variant_view(last)}
 
 
@@ -208,7 +246,9 @@ def _depth(page: Page) -> dict[str, Any] | None:
     if not d.shown:
         return None
     skipped = d.test[d.test["test"].str.startswith("skipped")]
-    return {"depths": ", ".join(map(str, d.depths)), "last": last, "rule": d.rule, "resolution": d.resolution,
+    return {"finding": f"Failure and divergence rates of each variant at {', '.join(map(str, d.depths))} layers, "
+                       f"with and without warm-up; {d.resolution}.",
+            "depths": ", ".join(map(str, d.depths)), "last": last, "rule": d.rule, "resolution": d.resolution,
             "rates": vw.depth_rates_view(d.rates, last),
             "rates_figure": page.figure("depth", "failure and divergence rates against depth"),
             "quality": d.quality, "time": d.time_to_quality,
@@ -229,11 +269,16 @@ def _confounds(page: Page) -> dict[str, Any]:
 
 
 def _stability(page: Page) -> dict[str, Any]:
-    agg = page.data.agg
+    agg, s = page.data.agg, page.data.study
     shown = {page.experiment.runs[run].model.norm for run in page.experiment.select}  # the variants drawn
     styles = ", ".join(f"{v.label} {norm_line_words(name)}" for name, v in NORMS.items()
                        if name in shown)
-    return {"divergence": agg.divergence, "early_updates": agg.early_updates, "styles": styles,
+    said = fi.findings(page.data)[2].sentences
+    return {"finding": " ".join(said[:2]), "s": s, "rules": fi.rules(page.data),
+            "fates": vw.fates_view(s.seed_fates, s.last),
+            "failures_figure": page.figure("failures",
+                                           "share of seeds diverged, stopped or that did not train, per cell"),
+            "divergence": agg.divergence, "early_updates": agg.early_updates, "styles": styles,
             "layers": page.figure("grad_layers", "per-layer gradient norms early in training"),
             "total": page.figure("grad_total", "total gradient norm early in training"),
             "early": (vw.early_grad_table(agg.layers_early, page.experiment.select) if len(agg.layers_early)
@@ -267,12 +312,13 @@ def _gradinit(page: Page) -> dict[str, Any]:
     d = page.data
     gi = d.gradinit
     if gi is None:
-        return {"missing": d.gradinit_missing}
+        return {"finding": f"Expected gradient at initialization: {d.gradinit_missing}.", "missing": d.gradinit_missing}
     init = init_rows(gi)
     used = "; ".join(f"{col}: {_distinct(init[col])}" for col in (
         "batches", "max_tokens", "target_tokens", "d_model", "ffn_dim", "heads", "label_smoothing", "dropout",
         "precision"))
-    out = {"missing": "", "seeds": _distinct(init["seed"]), "depths": _distinct(init["depth"]), "used": used,
+    out = {"finding": "", "missing": "", "seeds": _distinct(init["seed"]), "depths": _distinct(init["depth"]),
+           "used": used,
            "after_warmup": _after_warmup_text(page), "depth": d.gradinit_depth,
            "by_layer": page.figure("gradinit", "expected gradient of W1 and W2 by layer"),
            "summary": d.gradinit_tables["gradinit_summary"],
@@ -285,6 +331,7 @@ def _gradinit(page: Page) -> dict[str, Any]:
         fitted = "; ".join(f"{series_label(r.norm, 'init')} b = {r.b:.3f} [{r.b_low:.3f}, {r.b_high:.3f}]"
                            + (f" (theory {r.theory_b:g})" if math.isfinite(r.theory_b) else "")
                            for r in top.itertuples())
+        out["finding"] = f"The last decoder layer's expected gradient against depth, fitted as c L^b: {fitted}."
         out["fit"] = {"interval": ", ".join(sorted(set(top["interval"]))), "fitted": fitted,
                       "by_depth": d.gradinit_tables["gradinit_by_depth"],
                       "all": pd.concat([top, fit.drop(top.index)]).drop(columns="interval")}
@@ -305,30 +352,31 @@ def _files(page: Page) -> dict[str, Any]:
     return {"links": [page.rel(p) for _, p in sorted(page.tables.items())] + ["confounds.md", ANSWER_MD]}
 
 
-# (anchor, heading, the section's variables): the page's order and its table of contents; the section's
+# The page's two parts, in order, with their headings in the table of contents.
+PARTS = (("question", "Results"), ("appendix", "Appendix"))
+QUESTION, APPENDIX = (part for part, _ in PARTS)
+
+# (anchor, heading, the section's variables, part): the page's order and its table of contents; the section's
 # template is templates/sections/{anchor}.html.j2.
-SECTIONS: tuple[tuple[str, str, Callable[[Page], dict[str, Any] | None]], ...] = (
-    ("answer", "Answer", _answer),
-    ("findings", "Findings", _findings),
-    ("run", "What was run", _what_was_run),
-    ("figure4", "Figure 4 reproduction", _figure4),
-    ("effects", "Effects at fixed budgets and at every epoch", _effects),
-    ("tuned", "Tuned baselines", _tuned),
-    ("variants", "Variants beyond the paper's two", _variants),
-    ("depth", "Depth: which variants train deep", _depth),
-    ("claims", "Claims", _claims),
-    ("confounds", "Confounds", _confounds),
-    ("stability", "Stability", _stability),
-    ("wallclock", "Wall-clock", _wallclock),
-    ("gradinit", "Gradient at initialization", _gradinit),
-    ("assumptions", "Assumptions and deviations", _assumptions),
-    ("where", "Where it ran", _where),
-    ("files", "Files", _files),
+SECTIONS: tuple[tuple[str, str, Callable[[Page], dict[str, Any] | None], str], ...] = (
+    ("answer", "The answer", _answer, QUESTION),
+    ("figure4", "Figure 4 reproduced", _figure4, QUESTION),
+    ("effects", "What separates the factors", _effects, QUESTION),
+    ("endpoint", "Where the curves end", _endpoint, QUESTION),
+    ("tuned", "Tuned baselines", _tuned, QUESTION),
+    ("stability", "Stability and failures", _stability, QUESTION),
+    ("depth", "Depth: which variants train deep", _depth, QUESTION),
+    ("variants", "Variants beyond the paper's two", _variants, QUESTION),
+    ("gradinit", "Gradient at initialization", _gradinit, QUESTION),
+    ("claims", "Claims in full", _claims, APPENDIX),
+    ("confounds", "Confounds in full", _confounds, APPENDIX),
+    ("findings", "Every finding in words", _findings, APPENDIX),
+    ("run", "Settings", _what_was_run, APPENDIX),
+    ("assumptions", "Assumptions and deviations", _assumptions, APPENDIX),
+    ("wallclock", "Runs and their cost", _wallclock, APPENDIX),
+    ("where", "Where it ran", _where, APPENDIX),
+    ("files", "Files", _files, APPENDIX),
 )
-
-
-# The sections shown before the table of contents: the first screen answers the question.
-LEAD = ("answer",)
 
 
 def _environment() -> jinja2.Environment:
@@ -343,14 +391,15 @@ def _environment() -> jinja2.Environment:
 def render(page: Page) -> str:
     """index.html's text."""
     env = _environment()
-    shown = [(anchor, heading, values) for anchor, heading, variables in SECTIONS
+    shown = [(anchor, heading, values, part) for anchor, heading, variables, part in SECTIONS
              if (values := variables(page)) is not None]  # None: a part of the design the experiment lacks
-    sections = [{"anchor": anchor, "heading": heading, "lead": anchor in LEAD, "body": Markup(
-                    env.get_template(f"sections/{anchor}.html.j2").render(data=page.data, **values))}
-                for anchor, heading, values in shown]
+    sections = [{"anchor": anchor, "heading": heading, "part": part, "finding": values.pop("finding", ""),
+                 "body": Markup(env.get_template(f"sections/{anchor}.html.j2").render(data=page.data, **values))}
+                for anchor, heading, values, part in shown]
     units = sum(len(page.experiment.seeds_of(run)) for run in page.experiment.select)
     return env.get_template("index.html.j2").render(
-        name=page.experiment.name, sections=sections, unfinished=page.unfinished, units=units)
+        name=page.experiment.name, summary=summary(page.data), parts=PARTS, sections=sections,
+        unfinished=page.unfinished, units=units)
 
 
 def make_report(exp_dir: Path, experiment: Experiment, out_dir: Path) -> Path:

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from ...config.settings import FACTOR_KEYS, Experiment, ReportSettings
-from ..aggregate import ANNEALED, IMPROVING, UNDETERMINED, WORSENING, slope_fit, slope_label, step_cuts
+from ..aggregate import ANNEALED, CONVERGED, IMPROVING, UNDETERMINED, WORSENING, slope_fit, slope_label, step_cuts
 from ..stats.budget import COST, LEVEL, OK, mean_interval
 from ..stats.effects import welch
 from ..tables import grid_of
@@ -678,8 +678,9 @@ def _lengths_sentence(a: Answer, experiment: Experiment) -> str:
             f"epoch {last}, where its final gap is taken), and the end point reads each run at its own last epochs.")
 
 
-def sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
-    """The Answer section's sentences, in reading order; where Figure 4's pair is not selected, why."""
+def speed_sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
+    """The sentences on speed: the verdict first, then time to quality, the gap and its decomposition; where
+    Figure 4's pair is not selected, why."""
     if a.pair is None:
         return [f"No answer for this experiment: {a.note}. The Answer section needs both runs of Figure 4's pair."]
     bleu, loss = f"{split}_bleu_tok", f"{split}_loss_base2"
@@ -690,8 +691,37 @@ def sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
     if len(g):
         big, last = int(g.loc[g["change"].abs().idxmax(), "epoch"]), int(g["epoch"].max())
         out += [_decomposition_sentence(a, bleu, ep, experiment) for ep in dict.fromkeys((big, last))]
-    out += [_endpoint_sentence(a, experiment, loss), _sign_sentence(a, loss), *a.notes]
     return [s for s in out if s]
+
+
+def end_point_sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
+    """The sentences on where the curves end: each arm's slope, then whether the gap could still change sign."""
+    if a.pair is None:
+        return []
+    loss = f"{split}_loss_base2"
+    return [s for s in (_endpoint_sentence(a, experiment, loss), _sign_sentence(a, loss)) if s]
+
+
+def end_point_headline(a: Answer, split: str) -> str:
+    """One sentence on whether Figure 4's arms have stopped changing: the summary's (the section says how)."""
+    if a.pair is None:
+        return ""
+    e = a.endpoint[(a.endpoint["metric"] == f"{split}_loss_base2")
+                   & a.endpoint["run"].isin([a.pair.from_run, a.pair.to_run]) & (a.endpoint["n_seeds"] > 0)]
+    if e.empty:
+        return ""
+    done = list(e.loc[e["state"] == CONVERGED, "run"])
+    if len(done) == len(e):
+        return "Both arms' validation loss has converged by the last epoch, so where the curves end is measured here."
+    if not done:
+        return "Neither arm's validation loss is shown converged by the last epoch, so where the curves end is open."
+    return f"Only {done[0]}'s validation loss is shown converged by the last epoch, so where the curves end is open."
+
+
+def sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
+    """The Answer's sentences, in reading order (answer.md's): speed, the end point, then the notes."""
+    notes = list(a.notes) if a.pair is not None else []
+    return [*speed_sentences(a, experiment, split), *end_point_sentences(a, experiment, split), *notes]
 
 
 def pairs_view(a: Answer, experiment: Experiment) -> pd.DataFrame:
