@@ -47,7 +47,7 @@ def test_report_has_one_bleu_per_run_per_epoch(demo_run: DemoRun) -> None:
     header, *rows = _table_rows(figure4, "bleu-per-epoch")
     assert header == ["epoch", *x.select]
     assert [row[0] for row in rows] == [str(ep) for ep in range(1, x.epochs + 1)]
-    assert all(re.fullmatch(r"\d+\.\d\d( ± \d+\.\d\d)?", cell) for row in rows for cell in row[1:]), rows
+    assert all(re.fullmatch(r"\d+(\.\d+)?( ± \d+(\.\d+)?)?", cell) for row in rows for cell in row[1:]), rows
     table = pd.read_csv(report / "tables" / "epochs.csv")
     for run in x.select:
         run_rows = table[table["run"] == run]

@@ -19,6 +19,7 @@ from lnrepro.analysis import FIGURES
 from lnrepro.analysis import aggregate as ag
 from lnrepro.analysis.sections import claims as cl
 from lnrepro.analysis.render import plots
+from lnrepro.analysis.numbers import interval, sig
 from lnrepro.analysis.sections.claims import STATUSES
 from lnrepro.analysis.render.report import make_report
 from lnrepro.analysis.results import read_results
@@ -225,7 +226,7 @@ def test_one_bleu_value_per_run_per_epoch(report):
     for run in ("postln_warmup_isqrt", "preln_nowarmup_step8"):
         for ep in (1, 2):
             vals = [bleu(run, s, ep) for s in SEEDS]
-            assert t.loc[str(ep), run] == f"{sum(vals) / 2:.2f} ± {pd.Series(vals).std():.2f}"
+            assert t.loc[str(ep), run] == f"{sig(sum(vals) / 2)} ± {sig(pd.Series(vals).std(), 2)}"
     assert (t != "").all().all() and not t.isin(["missing", ""]).any().any()
 
 
@@ -235,7 +236,7 @@ def test_diverged_and_unevaluated_are_shown_as_such(report):
     assert t.loc["1", "postln_nowarmup_isqrt"] != "diverged"
     assert t.loc["2", "postln_nowarmup_isqrt"] == "diverged" and t.loc["3", "postln_nowarmup_isqrt"] == "diverged"
     # one of two seeds diverged at epoch 3: the other seed's value, with the count
-    assert t.loc["3", "preln_nowarmup_step8"] == f"{bleu('preln_nowarmup_step8', 1, 3):.2f} (1/2 diverged)"
+    assert t.loc["3", "preln_nowarmup_step8"] == f"{sig(bleu('preln_nowarmup_step8', 1, 3))} (1/2 diverged)"
     assert t.loc["3", "preln_warmup_isqrt"] == "not evaluated"
     loss = as_frame(p.tables["loss-per-epoch"])
     assert loss.loc["2", "postln_nowarmup_isqrt"] == "diverged"
@@ -339,7 +340,9 @@ def test_findings_open_the_page_and_come_from_the_tables(report):
     assert "Divergence (a non-finite training loss)" in html.unescape(groups[2][0])
     rows = {r[0]: r for r in p.tables["claims"][1:]}
     measured = claims.set_index("id").loc["figure4_postln_bleu", "measured"]
-    assert rows["figure4_postln_bleu"][5].startswith(f"{measured:.4g} [")  # the value [its interval]
+    row = claims.set_index("id").loc["figure4_postln_bleu"]
+    # the value [its interval], as the page writes numbers
+    assert rows["figure4_postln_bleu"][5] == interval(measured, row["ci_low"], row["ci_high"])
 
 
 def test_answer_md_quotes_the_answer_section_and_the_equivalence_tests(report):
@@ -492,7 +495,7 @@ def test_report_with_test_scored_at_the_last_epoch_only(tmp_path):
     test = as_frame(p.tables["bleu-per-epoch-test"])
     assert list(test.index) == [str(EPOCHS)]
     vals = [bleu("postln_warmup_isqrt", s, EPOCHS) + 1 for s in SEEDS]
-    assert test.loc[str(EPOCHS), "postln_warmup_isqrt"] == f"{sum(vals) / 2:.2f} ± {pd.Series(vals).std():.2f}"
+    assert test.loc[str(EPOCHS), "postln_warmup_isqrt"] == f"{sig(sum(vals) / 2)} ± {sig(pd.Series(vals).std(), 2)}"
     assert list(as_frame(p.tables["bleu-per-epoch"]).index) == [str(e) for e in range(1, EPOCHS + 1)]
     cells = pd.read_csv(tables / "cells.csv")
     assert set(cells.loc[cells["metric"].str.startswith("test_"), "budget"]) == {f"epoch {EPOCHS}"}
@@ -663,13 +666,13 @@ def test_report_with_gradinit_and_partial_tree(tmp_path):
     assert (figures / "gradinit_by_layer.png").exists() and (figures / "gradinit_last_layer_vs_depth.png").exists()
     text = index.read_text()
     assert "not computed" not in text
-    assert "Post-LN b = 0.000 [0.000, 0.000] (theory 0)" in text and "Pre-LN b = -0.500 [-0.500, -0.500]" in text
+    assert f"Post-LN b = {interval(0, 0, 0)} (theory 0)" in text and "Pre-LN b = −0.50 [−0.50, −0.50]" in text
     assert "seed 1: epoch 2 (40 updates)" in text
     header, *cells = p.tables["gradinit"]  # at the experiment's depth (2): NORMS order, after warm-up, ratio, noise
     assert header == ["stack", "layer", "sublayer", "param", "Post-LN", "Pre-LN", "Post-LN after warm-up",
                       "Post-LN/Pre-LN", "noise (max)"]
     assert [row[:2] for row in cells[:2]] == [["enc", "1"], ["enc", "1"]]  # layers numbered from 1
-    assert {row[-2] for row in cells} == {f"{2 * 2 ** 0.5:.4g}"}
+    assert {row[-2] for row in cells} == {sig(2 * 2 ** 0.5)}
     header, *cells = p.tables["gradinit-by-depth"]
     assert header[:2] == ["depth", "Post-LN"] and [row[0] for row in cells] == ["2", "3"]
 
@@ -864,3 +867,32 @@ def test_equal_work_on_two_clocks(report):
     budgets = pd.read_csv(exp_dir / "report" / "tables" / "budgets.csv").set_index("budget")
     (cpu,) = [b for b in budgets.index if b.startswith("training CPU")]
     assert "CPU-seconds of training" in budgets.loc[cpu, "how"] and budgets.loc[cpu, "cpu_s"] > 0
+
+
+# A decimal number in the page's text (a run name's digits or a setting such as 2.0e-3 is part of a word); whole
+# numbers are exact counts (epochs, updates, seeds) and are written whole.
+DECIMAL = re.compile(r"(?<![\w.\-])[-−+]?(\d+\.\d+)(?![\w.])")
+
+
+def significant_digits(number: str) -> int:
+    """Significant digits of a written decimal: its digits without leading zeros ("0.0250" has 3)."""
+    return len(number.replace(".", "").lstrip("0"))
+
+
+def test_significant_digits_of_a_written_number():
+    assert [significant_digits(x) for x in ("0.0250", "13.75", "0.5", "100.0")] == [3, 4, 1, 4]
+
+
+def test_no_number_outside_the_appendix_has_more_than_four_significant_digits(report):
+    """The page writes numbers as a reader does (lnrepro.analysis.numbers); the appendix holds the full tables."""
+    exp_dir, _, index, _ = report
+    text = index.read_text(encoding="utf-8")
+    assert '<section class="appendix">' in text
+    main = re.sub(r"<style>.*?</style>", "", text.split('<section class="appendix">', 1)[0], flags=re.S)
+    plain = html.unescape(re.sub(r"<[^>]+>", " ", main))
+    numbers = [m.group(0) for m in DECIMAL.finditer(plain)]
+    assert numbers  # the check reads the page's numbers
+    assert [x for x in numbers if significant_digits(x.lstrip("-−+")) > 4] == []
+    # the CSVs keep full precision
+    cells = pd.read_csv(exp_dir / "report" / "tables" / "cells.csv")
+    assert any(significant_digits(f"{v!r}") > 4 for v in cells["mean"].dropna())

@@ -51,9 +51,10 @@ from .deviations import config_deviations, recipe_notes, unstated_rows
 from ..stats.effects import LEVEL_WORDS
 from ..stats.gradinit_fit import headline, init_rows, series_label
 from .plots import make_figures, norm_line_words
+from ..numbers import interval, sig
 from ..results import read_results
 
-_NUMBER = re.compile(r"^[-+]?(\d|\.\d|inf|nan)", re.IGNORECASE)
+_NUMBER = re.compile(r"^[-+\u2212]?(\d|\.\d|inf|nan|∞)", re.IGNORECASE)
 
 
 def _text_columns(df: pd.DataFrame) -> list[int]:
@@ -71,7 +72,7 @@ def table(df: pd.DataFrame, table_id: str) -> Markup:
     left = ",".join(f"#{table_id} td:nth-child({i}),#{table_id} th:nth-child({i})" for i in _text_columns(df))
     style = Markup("<style>{}{{text-align:left}}</style>\n").format(Markup(left)) if left else Markup("")
     return style + Markup('<div class="scroll">{}</div>').format(Markup(df.to_html(
-        index=False, table_id=table_id, na_rep="—", escape=True, border=0, float_format=lambda v: f"{v:.4g}")))
+        index=False, table_id=table_id, na_rep="—", escape=True, border=0, float_format=sig)))
 
 
 def _distinct(values: pd.Series) -> str:
@@ -172,15 +173,15 @@ def _figure4(page: Page) -> dict[str, Any]:
     d, e = page.data, page.experiment
     split = d.agg.split
 
-    def per_epoch(heading: str, sp: str, metric: str, table_id: str, digits: int = 2) -> dict[str, Any]:
+    def per_epoch(heading: str, sp: str, metric: str, table_id: str) -> dict[str, Any]:
         """A heading and the per run per epoch table of one score of ``sp``, at the epochs each run scores it."""
         scored = {run: e.scored(run, sp) for run in e.select}
         return {"heading": heading, "id": table_id,
-                "table": vw.per_epoch_table(d.agg.run_epochs, f"{sp}_{metric}", e.select, digits, scored)}
+                "table": vw.per_epoch_table(d.agg.run_epochs, f"{sp}_{metric}", e.select, scored)}
 
     tables = [per_epoch(f"Tokenized BLEU on {split}, per run per epoch", split, "bleu_tok", "bleu-per-epoch"),
               per_epoch(f"Validation loss (base 2) on {split}, per run per epoch", split, "loss_base2",
-                        "loss-per-epoch", 3)]
+                        "loss-per-epoch")]
     tables += [per_epoch(f"Tokenized BLEU on {sp}", sp, "bleu_tok", f"bleu-per-epoch-{sp}")
                for sp in e.eval.splits if sp != split]
     tables += [per_epoch(f"sacreBLEU (detokenized, against the raw references) on {sp}", sp, "sacrebleu",
@@ -328,7 +329,7 @@ def _gradinit(page: Page) -> dict[str, Any]:
     if d.gradinit_fit is not None:
         fit = d.gradinit_fit
         top = headline(fit)
-        fitted = "; ".join(f"{series_label(r.norm, 'init')} b = {r.b:.3f} [{r.b_low:.3f}, {r.b_high:.3f}]"
+        fitted = "; ".join(f"{series_label(r.norm, 'init')} b = {interval(r.b, r.b_low, r.b_high)}"
                            + (f" (theory {r.theory_b:g})" if math.isfinite(r.theory_b) else "")
                            for r in top.itertuples())
         out["finding"] = f"The last decoder layer's expected gradient against depth, fitted as c L^b: {fitted}."

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ...config.settings import FACTOR_KEYS, Experiment
 from .. import aggregate as ag
+from ..numbers import END_DIGITS, interval, sig, signed
 from ..sections.claims import fmt
 from ..sections.confounds import differing_keys, flatten
 
@@ -24,21 +25,17 @@ def setting_value(v: Any) -> Any:
     return json.dumps(v) if isinstance(v, (list, tuple, dict)) else v
 
 
-def _fmt(v: float, digits: int) -> str:
-    return f"{v:.{digits}f}"
-
-
-def score_cell(row: pd.Series, col: str, digits: int = 2) -> str:
-    """One run x epoch cell: seed mean (± std over seeds when several), 'diverged' when every seed
+def score_cell(row: pd.Series, col: str) -> str:
+    """One run x epoch cell: seed mean (± std over seeds when several; ``numbers.sig``), 'diverged' when every seed
     diverged, the count of diverged seeds when some did, and the status when nothing was scored."""
     if row["status"] == ag.STATUS_DIVERGED:
         return ag.STATUS_DIVERGED
     mean = row.get(f"{col}_mean", math.nan)
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return ag.STATUS_DIVERGED if row["n_diverged"] > 0 else str(row["status"])
-    s = _fmt(mean, digits)
+    s = sig(mean)
     if row["n_ok"] > 1 and not math.isnan(row.get(f"{col}_std", math.nan)):
-        s += f" ± {_fmt(row[f'{col}_std'], digits)}"
+        s += f" ± {sig(row[f'{col}_std'], END_DIGITS)}"
     if row["n_diverged"] > 0:
         s += f" ({int(row['n_diverged'])}/{int(row['n_seeds'])} diverged)"
     return s
@@ -47,7 +44,7 @@ def score_cell(row: pd.Series, col: str, digits: int = 2) -> str:
 NOT_THERE = "—"  # a per-epoch cell of a run that does not score the split there (or trains fewer epochs)
 
 
-def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: Sequence[str], digits: int = 2,
+def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: Sequence[str],
                     scored: Mapping[str, Sequence[int]] | None = None) -> pd.DataFrame:
     """Rows: epoch (only those some run scores the column's split at, when ``scored`` gives each run's scored
     epochs); columns: runs (in ``select`` order); one formatted value per run per epoch, "—" where the run does
@@ -57,7 +54,7 @@ def per_epoch_table(run_epochs: pd.DataFrame, col: str, runs: Sequence[str], dig
         run_epochs = run_epochs.loc[pd.Series(keep, index=run_epochs.index, dtype=bool)]
     if run_epochs.empty:
         return pd.DataFrame()
-    cells = run_epochs.assign(cell=run_epochs.apply(lambda r: score_cell(r, col, digits), axis=1))
+    cells = run_epochs.assign(cell=run_epochs.apply(lambda r: score_cell(r, col), axis=1))
     piv = cells.pivot(index="epoch", columns="run", values="cell")
     piv = piv[[r for r in runs if r in piv.columns]]
     piv = piv.fillna(ag.STATUS_MISSING)
@@ -101,10 +98,9 @@ def early_grad_table(layers_early: pd.DataFrame, runs: Sequence[str]) -> pd.Data
 
 
 def interval_cell(v: float, lo: float, hi: float) -> str:
-    """An estimate as one table cell: "1.23 [0.51, 1.95]", the value alone without an interval, "—" without one."""
-    if math.isnan(v):
-        return "—"
-    return fmt(v) if math.isnan(lo) else f"{fmt(v)} [{fmt(lo)}, {fmt(hi)}]"
+    """An estimate as one table cell: "1.2 [0.51, 1.9]" (``numbers.interval``), the value alone without an
+    interval, "—" without one."""
+    return interval(v, lo, hi)
 
 
 def effects_view(effects: pd.DataFrame) -> pd.DataFrame:
@@ -232,11 +228,10 @@ def claims_view(claims: pd.DataFrame) -> pd.DataFrame:
 def variant_view(v: pd.DataFrame) -> pd.DataFrame:
     """variant_contrasts.csv's rows at one epoch, as the Variants section shows them."""
     out = pd.DataFrame({"variant run": v["variant_run"], "against": v["base_run"], "metric": v["metric"],
-                        "variant": v["variant_mean"].map(lambda x: f"{x:.3g}"),
-                        "base": v["base_mean"].map(lambda x: f"{x:.3g}"),
-                        "difference [95% Welch]": [f"{d:+.3g} " + (f"[{lo:.3g}, {hi:.3g}]" if math.isfinite(lo) else
-                                                                     "(no interval: one seed on a side)")
-                                                    for d, lo, hi in zip(v["difference"], v["ci_low"], v["ci_high"])],
+                        "variant": v["variant_mean"].map(sig), "base": v["base_mean"].map(sig),
+                        "difference [95% Welch]": [(("+" if d > 0 else "") + interval(d, lo, hi)) if math.isfinite(lo)
+                                                   else f"{signed(d)}, no interval: one seed on a side"
+                                                   for d, lo, hi in zip(v["difference"], v["ci_low"], v["ci_high"])],
                         "seeds": v["seeds"], "differences": v["differences"]})
     return out.reset_index(drop=True)
 

@@ -47,6 +47,7 @@ import pandas as pd
 
 from ...config.settings import FACTOR_KEYS, Experiment, ReportSettings
 from ..aggregate import ANNEALED, CONVERGED, IMPROVING, UNDETERMINED, WORSENING, slope_fit, slope_label, step_cuts
+from ..numbers import interval, sig
 from ..stats.budget import COST, LEVEL, OK, mean_interval
 from ..stats.effects import welch
 from ..tables import grid_of
@@ -435,10 +436,10 @@ def answer(experiment: Experiment, epochs: pd.DataFrame, split: str) -> Answer:
 
 
 def _f(v: float, digits: int = 3) -> str:
-    """A number in a sentence: ``digits`` significant digits, at least one decimal below 100."""
+    """A number in a sentence: ``digits`` significant digits (``numbers.sig``), "n/a" for none."""
     if not math.isfinite(v):
         return "n/a"
-    return f"{v:.{digits}g}" if abs(v) < 1000 else f"{v:.0f}"
+    return sig(v, digits)
 
 
 def _ci(lo: float, hi: float, n: int | str, what: str = "95% interval") -> str:
@@ -737,8 +738,8 @@ def pairs_view(a: Answer, experiment: Experiment) -> pd.DataFrame:
             r = arms.loc[arm]
             if r["status"] != REACHED:
                 return f"not reached (best {_f(r['best'])})" if arm != "ratio" else "—"
-            ci = "" if not math.isfinite(r["epochs_low"]) else f" [{_f(r['epochs_low'])}, {_f(r['epochs_high'])}]"
-            return f"{'≤' if r['censored'] and arm != 'ratio' else ''}{_f(r['epochs'])}{ci}"
+            return f"{'≤' if r['censored'] and arm != 'ratio' else ''}" + interval(r["epochs"], r["epochs_low"],
+                                                                               r["epochs_high"])
 
         fr = arms.loc["from"]
         rows.append({"pair": pair, "changes": arms.loc["ratio", "factor"], "metric": metric,
@@ -752,6 +753,6 @@ def endpoint_view(a: Answer) -> pd.DataFrame:
     """The end-point table on the page: the validation loss's slope per run, in % an epoch, with its state."""
     e = a.endpoint[a.endpoint["metric"].str.endswith("loss_base2")]
     return pd.DataFrame([{"run": r.run, "epochs": r.epochs, "seeds": r.n_seeds, "last loss (bits)": _f(r.last),
-                          "slope (% an epoch)": f"{_f(100 * r.rel_slope)} [{_f(100 * r.rel_low)}, {_f(100 * r.rel_high)}]",
+                          "slope (% an epoch)": interval(100 * r.rel_slope, 100 * r.rel_low, 100 * r.rel_high),
                           "step-decayed": "annealed" if r.annealed else "", "state": r.state}
                          for r in e.itertuples()])

@@ -41,6 +41,7 @@ from ...config.settings import Experiment
 from ...errors import LnReproError
 from ...norms import NORMS
 from ...paper import PUBLISHED, SIZE_KEYS, published
+from ..numbers import sig
 from ..stats import effects as ef
 from ..stats.budget import OK, epoch_at, mean_interval
 from ..tables import grid_of
@@ -456,8 +457,8 @@ def paper_marks(experiment: Experiment, runs: list[str], split: str) -> tuple[li
 
 
 def fmt(v: float) -> str:
-    """A measured number in a sentence: four significant digits."""
-    return f"{v:.4g}"
+    """A measured number in a sentence or a table cell: three significant digits (``numbers.sig``)."""
+    return sig(v)
 
 
 def interval_text(value: float, lo: float, hi: float, n: int) -> str:

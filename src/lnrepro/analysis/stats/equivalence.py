@@ -28,6 +28,7 @@ import pandas as pd
 
 from ...config.settings import Experiment
 from ..sections.answer import Pair, figure4_pair, seed_values
+from ..numbers import sig, signed
 from .budget import DID_NOT_TRAIN, FAILED, LEVEL, epoch_label, t_quantile
 from ..sections.claims import fmt, norm_label
 from .effects import welch
@@ -195,14 +196,14 @@ def resolution_sentence(r: pd.Series) -> str:
 def result_sentence(r: pd.Series) -> str:
     """One tested metric's difference, intervals, test and verdict."""
     unit, words = _unit(r["metric"]), _words(r["metric"])
-    diff = f"{r['difference']:+.4g} {unit}"
+    diff = f"{signed(r['difference'])} {unit}"
     head = f"{words[0].upper()}{words[1:]} at epoch {int(r['epoch'])}, {r['difference_of']}: {diff}"
     if not math.isfinite(r["ci90_low"]):
         return f"{head}; {r['note']}, so {r['verdict']}."
-    return (f"{head} (90% Welch interval {fmt(r['ci90_low'])} to {fmt(r['ci90_high'])}, 95% {fmt(r['ci95_low'])} to "
-            f"{fmt(r['ci95_high'])}); two one-sided tests against ±{fmt(r['margin'])} {unit}: p = {r['tost_p']:.3g}, "
-            f"so {r['verdict']} (equivalent: p < {ALPHA:g}; different: the 95% interval excludes 0 and the 90% "
-            "interval is not within the margin).")
+    return (f"{head}, 90% Welch interval {fmt(r['ci90_low'])} to {fmt(r['ci90_high'])}. Its 95% interval runs from "
+            f"{fmt(r['ci95_low'])} to {fmt(r['ci95_high'])}. Two one-sided tests against ±{fmt(r['margin'])} {unit} "
+            f"give p = {sig(r['tost_p'])}, so {r['verdict']}: equivalent when p < {ALPHA:g}, different when the 95% "
+            "interval excludes 0 and the 90% interval is not within the margin.")
 
 
 def sentences(table: pd.DataFrame, note: str = "") -> list[str]:
@@ -231,7 +232,7 @@ def view(table: pd.DataFrame) -> pd.DataFrame:
         "margin": f"±{fmt(r.margin)}", "expected 90% half-width": fmt(r.half_width_90),
         "largest equivalent": (r.largest_equivalent if isinstance(r.largest_equivalent, str)
                                else fmt(r.largest_equivalent)),
-        "b - a": f"{r.difference:+.4g}" if math.isfinite(r.difference) else "—",
+        "b - a": signed(r.difference) if math.isfinite(r.difference) else "—",
         "90% Welch": interval(r.ci90_low, r.ci90_high), "95% Welch": interval(r.ci95_low, r.ci95_high),
-        "TOST p": f"{r.tost_p:.3g}" if math.isfinite(r.tost_p) else "—", "verdict": r.verdict}
+        "TOST p": sig(r.tost_p), "verdict": r.verdict}
         for r in table.itertuples()])
