@@ -28,10 +28,12 @@ def _section(html: str, anchor: str) -> str:
 
 
 def _table_rows(html: str, table_id: str) -> list[list[str]]:
-    """The cell texts, row by row (header first), of the pandas-rendered ``<table id=table_id>``."""
+    """The cell texts, row by row (header first), of the pandas-rendered ``<table id=table_id>``; a cell that names
+    a run or a metric in words gives its identifier (its ``title``)."""
     match = re.search(rf'<table[^>]*id="{table_id}".*?</table>', html, flags=re.S)
     assert match, f"no table {table_id!r}"
-    return [[cell.strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, flags=re.S)]
+    return [[(title or cell).strip() for title, cell in
+             re.findall(r'<t[hd](?: title="([^"]*)")?[^>]*>(.*?)</t[hd]>', row, flags=re.S)]
             for row in re.findall(r"<tr[^>]*>(.*?)</tr>", match.group(0), flags=re.S)]
 
 

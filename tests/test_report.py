@@ -167,7 +167,8 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
 
 
 class Tables(HTMLParser):
-    """Collect every <table id=...> as a list of rows of cell texts, and every <img src>."""
+    """Collect every <table id=...> as a list of rows of cell texts, and every <img src>. A cell that names a run
+    or a metric in words holds its identifier in ``title``: the identifier is the cell's text here."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -175,6 +176,7 @@ class Tables(HTMLParser):
         self.imgs: list[str] = []
         self._cur: str | None = None
         self._cell: list[str] | None = None
+        self._title: str | None = None
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -185,6 +187,7 @@ class Tables(HTMLParser):
             self.tables[self._cur].append([])
         elif tag in ("td", "th") and self._cur:
             self._cell = []
+            self._title = a.get("title")
         elif tag == "img":
             self.imgs.append(a["src"])
 
@@ -192,7 +195,7 @@ class Tables(HTMLParser):
         if tag == "table":
             self._cur = None
         elif tag in ("td", "th") and self._cell is not None and self._cur:
-            self.tables[self._cur][-1].append("".join(self._cell).strip())
+            self.tables[self._cur][-1].append(self._title or "".join(self._cell).strip())
             self._cell = None
 
     def handle_data(self, data):
@@ -896,3 +899,13 @@ def test_no_number_outside_the_appendix_has_more_than_four_significant_digits(re
     # the CSVs keep full precision
     cells = pd.read_csv(exp_dir / "report" / "tables" / "cells.csv")
     assert any(significant_digits(f"{v!r}") > 4 for v in cells["mean"].dropna())
+
+
+def test_tables_name_runs_and_metrics_in_words(report):
+    """A run or a metric in a table is named as a reader would; the identifier stays in the tooltip."""
+    _, _, index, _ = report
+    text = index.read_text(encoding="utf-8")
+    assert '<th title="postln_warmup_isqrt">Post-LN, warm-up, inverse-sqrt decay</th>' in text
+    assert '<th title="preln_nowarmup_step8">Pre-LN, no warm-up, step decay</th>' in text
+    assert '<td title="valid_bleu_tok">validation BLEU</td>' in text
+    assert '<td title="valid_loss_base2">validation loss (bits)</td>' in text

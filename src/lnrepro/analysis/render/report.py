@@ -21,11 +21,13 @@ has no such section; and its part (``PARTS``: a question, or the appendix). A qu
 
 from __future__ import annotations
 
+import functools
+import html
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import jinja2
 import pandas as pd
@@ -64,15 +66,23 @@ def _text_columns(df: pd.DataFrame) -> list[int]:
             if df[c].dtype == object and any(not _NUMBER.match(str(v)) for v in df[c].dropna())]
 
 
-def table(df: pd.DataFrame, table_id: str) -> Markup:
-    """A table as HTML (pandas escapes every cell; NaN shown as an em dash; text columns left-aligned), inside a
-    box that scrolls sideways when the table is wider than the page (the page's text keeps its width)."""
+_CELL = re.compile(r"<(t[hd])>([^<]+)</\1>")
+
+
+def table(df: pd.DataFrame, table_id: str, names: Mapping[str, str] | None = None) -> Markup:
+    """A table as HTML (pandas escapes every cell; numbers as ``numbers.sig`` writes them, NaN as an em dash; text
+    columns left-aligned), inside a box that scrolls sideways when the table is wider than the page (the page's
+    text keeps its width). A cell or heading that is one of ``names`` (a run, a metric) shows its words, the
+    identifier in its tooltip (``title``)."""
     if df.empty:
         return Markup("<p><em>No data yet.</em></p>")
     left = ",".join(f"#{table_id} td:nth-child({i}),#{table_id} th:nth-child({i})" for i in _text_columns(df))
     style = Markup("<style>{}{{text-align:left}}</style>\n").format(Markup(left)) if left else Markup("")
-    return style + Markup('<div class="scroll">{}</div>').format(Markup(df.to_html(
-        index=False, table_id=table_id, na_rep="—", escape=True, border=0, float_format=sig)))
+    text = df.to_html(index=False, table_id=table_id, na_rep="—", escape=True, border=0, float_format=sig)
+    if names:
+        text = _CELL.sub(lambda m: str(Markup('<{0} title="{1}">{2}</{0}>').format(
+            Markup(m[1]), Markup(m[2]), names[html.unescape(m[2])])) if html.unescape(m[2]) in names else m[0], text)
+    return style + Markup('<div class="scroll">{}</div>').format(Markup(text))
 
 
 def _distinct(values: pd.Series) -> str:
@@ -179,10 +189,12 @@ def _figure4(page: Page) -> dict[str, Any]:
         return {"heading": heading, "id": table_id,
                 "table": vw.per_epoch_table(d.agg.run_epochs, f"{sp}_{metric}", e.select, scored)}
 
-    tables = [per_epoch(f"Tokenized BLEU on {split}, per run per epoch", split, "bleu_tok", "bleu-per-epoch"),
-              per_epoch(f"Validation loss (base 2) on {split}, per run per epoch", split, "loss_base2",
-                        "loss-per-epoch")]
-    tables += [per_epoch(f"Tokenized BLEU on {sp}", sp, "bleu_tok", f"bleu-per-epoch-{sp}")
+    tables = [per_epoch(f"{vw.metric_words(split + '_bleu_tok')} (tokenized), per run and epoch", split, "bleu_tok",
+                        "bleu-per-epoch"),
+              per_epoch(f"{vw.metric_words(split + '_loss_base2')}, label-smoothed, per run and epoch", split,
+                        "loss_base2", "loss-per-epoch")]
+    tables += [per_epoch(f"{vw.metric_words(sp + '_bleu_tok')} (tokenized), per run and epoch", sp, "bleu_tok",
+                         f"bleu-per-epoch-{sp}")
                for sp in e.eval.splits if sp != split]
     tables += [per_epoch(f"sacreBLEU (detokenized, against the raw references) on {sp}", sp, "sacrebleu",
                          f"sacrebleu-per-epoch-{sp}") for sp in e.eval.splits]
@@ -206,7 +218,8 @@ def _effects(page: Page) -> dict[str, Any]:
             "design": s.design.rename(columns={f: f"{f} (-1 {lo}, +1 {hi})" for f, (lo, hi) in LEVEL_WORDS.items()}),
             "cells": vw.cells_view(s.cells, page.experiment.select), "effects": vw.effects_view(s.effects),
             "rules": fi.rules(page.data),
-            "by_epoch": [{"metric": m, "table": vw.effects_by_epoch_view(s.effects_by_epoch, m)}
+            "by_epoch": [{"metric": m, "words": vw.metric_words(m),
+                          "table": vw.effects_by_epoch_view(s.effects_by_epoch, m)}
                          for m in dict.fromkeys(s.effects_by_epoch["metric"])],
             "by_epoch_figure": page.figure("effects_by_epoch", "factorial effects at every scored epoch, 95% bands"),
             "cells_figure": page.figure("cells", f"every cell at {s.last}: seeds as points, mean and 95% interval"),
@@ -380,18 +393,19 @@ SECTIONS: tuple[tuple[str, str, Callable[[Page], dict[str, Any] | None], str], .
 )
 
 
-def _environment() -> jinja2.Environment:
-    """The templates beside this module, HTML-escaped unless marked safe; an undefined variable is an error."""
+def _environment(names: Mapping[str, str] | None = None) -> jinja2.Environment:
+    """The templates beside this module, HTML-escaped unless marked safe; an undefined variable is an error;
+    ``table`` shows ``names`` (runs and metrics) in words."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("lnrepro.analysis.render", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True)
-    env.globals["table"] = table
+    env.globals["table"] = functools.partial(table, names=names)
     return env
 
 
 def render(page: Page) -> str:
     """index.html's text."""
-    env = _environment()
+    env = _environment(vw.names(page.experiment))
     shown = [(anchor, heading, values, part) for anchor, heading, variables, part in SECTIONS
              if (values := variables(page)) is not None]  # None: a part of the design the experiment lacks
     sections = [{"anchor": anchor, "heading": heading, "part": part, "finding": values.pop("finding", ""),

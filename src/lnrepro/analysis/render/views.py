@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from ...config.settings import FACTOR_KEYS, Experiment
+from ...norms import NORMS
 from .. import aggregate as ag
 from ..numbers import END_DIGITS, interval, sig, signed
 from ..sections.claims import fmt
@@ -256,3 +257,42 @@ def hosts_view(hosts: pd.DataFrame) -> pd.DataFrame:
               zip(hosts["git_commit"], hosts["git_dirty"])]
     return hosts.drop(columns=["host_key", "git_commit", "git_dirty"]).assign(commit=commit).rename(
         columns={"cpu_model": "CPU model", "cpu_flags": "CPU flags", "matmul_gflops": "fp32 matmul GFLOP/s"})
+
+
+# A schedule's decay and a split's name as a reader says them.
+DECAY_WORDS = {"isqrt": "inverse-sqrt decay", "step": "step decay", "constant": "constant learning rate"}
+SPLIT_WORDS = {"valid": "validation", "test": "test"}
+METRIC_WORDS = {"bleu_tok": "BLEU", "sacrebleu": "sacreBLEU", "loss_base2": "loss (bits)", "nll_base2": "NLL (bits)"}
+
+
+def arm_words(experiment: Experiment, run: str) -> str:
+    """A run as a reader names it: "Post-LN, warm-up, inverse-sqrt decay", from its config."""
+    r = experiment.runs[run]
+    return ", ".join((NORMS[r.model.norm].label, "warm-up" if r.schedule.warmup else "no warm-up",
+                      DECAY_WORDS.get(r.schedule.decay, f"{r.schedule.decay} decay")))
+
+
+def metric_words(metric: str) -> str:
+    """A score column as a reader names it: "valid_bleu_tok" -> "validation BLEU"."""
+    split, _, score = metric.partition("_")
+    return f"{SPLIT_WORDS.get(split, split)} {METRIC_WORDS.get(score, score)}"
+
+
+def names(experiment: Experiment) -> dict[str, str]:
+    """Every run and scored metric of the experiment in words (``arm_words``, ``metric_words``): what the page's
+    tables show in a cell that holds the identifier, the identifier in its tooltip. A grid's trial adds its grid
+    and the values it tries ("..., grid g_post: optim.lr_max 0.002"); other runs the three factors do not tell
+    apart add the settings in which they differ."""
+    words = {run: arm_words(experiment, run) for run in experiment.runs}
+    for name, grid in experiment.grids.items():
+        for run in grid.runs:
+            flat = experiment.runs[run].flat()
+            words[run] += f", grid {name}: " + ", ".join(f"{k} {setting_value(flat[k])}" for k in grid.values)
+    for same in (g for g in pd.Series(words).groupby(pd.Series(words)).groups.values() if len(g) > 1):
+        flat = [experiment.runs[r].flat() for r in same]
+        keys = differing_keys([experiment.runs[r].to_dict() for r in same])
+        for run, f in zip(same, flat):
+            words[run] += "".join(f", {k} {setting_value(f[k])}" for k in keys if k in f)
+    metrics = {f"{split}_{score}": metric_words(f"{split}_{score}")
+               for split in experiment.eval.splits for score in METRIC_WORDS}
+    return {**words, **metrics}
