@@ -220,10 +220,26 @@ def key_values(pairs: Iterable[tuple[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([{"key": k, "value": setting_value(v)} for k, v in pairs])
 
 
-def claims_view(claims: pd.DataFrame) -> pd.DataFrame:
-    """tables/claims.csv on the page: the measured value with its interval in one cell."""
-    view = claims.assign(measured=[interval_cell(r.measured, r.ci_low, r.ci_high) for r in claims.itertuples()])
-    return view.drop(columns=["ci_low", "ci_high"])
+def claims_view(claims: pd.DataFrame) -> list[dict[str, Any]]:
+    """tables/claims.csv on the page, a row per claim: the claim (its id in the tooltip), source, published value,
+    the measured value with its interval, the scale it was measured at and the status; the explanation (what was
+    measured, from how many seeds, the direction and the note) one sentence each, folded under the row. The depth
+    study's claims (``depth.CLAIM_COLUMNS``: directional, no published value, no kind) read alike."""
+    rows = []
+    for r in claims.itertuples():
+        n = r.n_seeds if isinstance(r.n_seeds, str) else "" if pd.isna(r.n_seeds) else int(r.n_seeds)
+        seeds = f"{n} seed{'' if n == 1 else 's'}" if n != "" else ""  # a count, or seeds per arm ("3/3")
+        explanation = [f"Measured as {r.measured_as}." if isinstance(r.measured_as, str) and r.measured_as else "",
+                       f"From {seeds}." if seeds and not pd.isna(r.measured) else "",
+                       f"Kind: {r.kind}." if "kind" in claims else "",
+                       f"{r.direction[0].upper()}{r.direction[1:]}." if isinstance(getattr(r, "direction", None), str)
+                       and r.direction else "",
+                       f"{r.note[0].upper()}{r.note[1:].rstrip('.')}." if isinstance(getattr(r, "note", None), str)
+                       and r.note else ""]
+        rows.append({"id": r.id, "claim": r.claim, "source": r.source, "published": getattr(r, "published", "—"),
+                     "measured": interval_cell(r.measured, r.ci_low, r.ci_high), "scale": r.scale,
+                     "status": r.status, "explanation": [s for s in explanation if s]})
+    return rows
 
 
 def variant_view(v: pd.DataFrame) -> pd.DataFrame:
