@@ -909,3 +909,27 @@ def test_tables_name_runs_and_metrics_in_words(report):
     assert '<th title="preln_nowarmup_step8">Pre-LN, no warm-up, step decay</th>' in text
     assert '<td title="valid_bleu_tok">validation BLEU</td>' in text
     assert '<td title="valid_loss_base2">validation loss (bits)</td>' in text
+
+
+def _depth(sentence: str) -> int:
+    """How deep the sentence's parentheses nest."""
+    deepest = depth = 0
+    for c in sentence:
+        depth += (c == "(") - (c == ")")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+INTERVAL = re.compile(r"interval [^,;()]*? to |\[[^\]]+, [^\]]+\]")  # "interval a to b" or "a [lo, hi]"
+
+
+def test_sentences_outside_the_appendix_read_aloud(report):
+    """Each question's finding and list: no parentheses inside parentheses, at most one interval a sentence."""
+    _, _, index, _ = report
+    main = index.read_text(encoding="utf-8").split('<section class="appendix">', 1)[0]
+    texts = [html.unescape(re.sub(r"<[^>]+>", "", x)) for pair in
+             re.findall(r'<li>(.*?)</li>|<p class="finding">(.*?)</p>', main, re.S) for x in pair if x]
+    sentences = [s for text in texts for s in re.split(r"(?<=[.:;])\s+(?=[A-Z])", text)]
+    assert len(sentences) > 10
+    assert [s for s in sentences if _depth(s) > 1] == []
+    assert [s for s in sentences if len(INTERVAL.findall(s)) > 1] == []

@@ -491,7 +491,7 @@ def _arm_time(r: pd.Series) -> str:
     if r["status"] != REACHED:
         return (f"does not reach it ({int(r['n_reached'])} of {int(r['n_seeds'])} seeds; best seed-mean "
                 f"{_f(r['best'])})")
-    censored = ", reached by the first scored checkpoint (an upper bound)" if r["censored"] else ""
+    censored = ", reached by the first scored checkpoint, an upper bound" if r["censored"] else ""
     return (f"needs {_f(r['epochs'])} epochs ({_ci(r['epochs_low'], r['epochs_high'], int(r['n_seeds']))}; "
             f"{_f(r['updates'])} updates, {_f(r[COST])} CPU-seconds of training, {_f(r['train_wall_s'])} s of "
             f"wall-clock{censored})")
@@ -510,14 +510,16 @@ def _speed_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
     what = (f"{frac:.0%} of the {of} arm's final {_metric_words(metric)} ({_f(ratio['target'])} BLEU)" if bleu else
             f"{frac:.0%} of the {of} arm's drop in {_metric_words(metric)} below the pair's first checkpoint "
             f"({_f(ratio['target'])} bits)")
-    head = f"To reach {what}, {arm_text(experiment, p.to_run)} {_arm_time(to)}; " \
-           f"{arm_text(experiment, p.from_run)} {_arm_time(fr)}"
+    # one interval a sentence: each arm's time, then the two ratios
+    head = (f"To reach {what}, {arm_text(experiment, p.to_run)} {_arm_time(to)}. "
+            f"The other arm, {arm_text(experiment, p.from_run)}, {_arm_time(fr)}.")
     if ratio["status"] != REACHED:
-        return head + "."
+        return head
     e, c = (ratio["epochs"], ratio["epochs_low"], ratio["epochs_high"]), \
         (ratio[COST], ratio[f"{COST}_low"], ratio[f"{COST}_high"])
-    return (head + f": {_f(e[0])} of the epochs ({_ci(e[1], e[2], int(ratio['n_seeds']))}, per-seed ratios, "
-            f"geometric mean) and {_f(c[0])} of the training CPU time ({_ci(c[1], c[2], int(ratio['n_seeds']))}).")
+    return (head + f" The first needs {_f(e[0])} of the second's epochs ({_ci(e[1], e[2], int(ratio['n_seeds']))}, "
+            f"per-seed ratios, geometric mean). In training CPU time it needs {_f(c[0])} of the second's "
+            f"({_ci(c[1], c[2], int(ratio['n_seeds']))}).")
 
 
 def _verdict(a: Answer, experiment: Experiment, metric: str) -> str:
@@ -556,19 +558,25 @@ def _verdict(a: Answer, experiment: Experiment, metric: str) -> str:
 
 
 def _other_targets_sentence(a: Answer, metric_bleu: str, metric_loss: str) -> str:
-    parts = []
+    """The epoch ratio at the other targets, one sentence (one interval) per target reached, then the targets not
+    reached by every seed in one sentence."""
+    reached, missed = [], []
     mid = _middle(a.settings.quality_fractions)
     for metric in (metric_bleu, metric_loss):
         t = _ttq(a, FIGURE4, metric)
         r = t[t["arm"] == "ratio"]
         if metric == metric_bleu:
             r = r[r["fraction"] != mid]
-        items = [f"{row.fraction:.0%} ({_f(row.target)} {_unit(metric)}): " + (
-            f"{_f(row.epochs)} ({_ci(row.epochs_low, row.epochs_high, int(row.n_seeds))})"
-            if row.status == REACHED else "not reached by every seed") for row in r.itertuples()]
-        if items:
-            parts.append(f"on {_metric_words(metric)}, at " + "; at ".join(items))
-    return ("The epoch ratio (Pre-LN over Post-LN) at the other targets: " + "; ".join(parts) + ".") if parts else ""
+        for row in r.itertuples():
+            target = f"{row.fraction:.0%} of {_metric_words(metric)}, {_f(row.target)} {_unit(metric)}"
+            if row.status == REACHED:
+                reached.append(f"At {target}, the epoch ratio of Pre-LN over Post-LN is {_f(row.epochs)} "
+                               f"({_ci(row.epochs_low, row.epochs_high, int(row.n_seeds))}).")
+            else:
+                missed.append(target)
+    if missed:
+        reached.append("Not reached by every seed: " + "; ".join(missed) + ".")
+    return " ".join(reached)
 
 
 def _gap_sentence(a: Answer, metric: str, experiment: Experiment) -> str:
@@ -580,17 +588,23 @@ def _gap_sentence(a: Answer, metric: str, experiment: Experiment) -> str:
     big = g.loc[g["change"].abs().idxmax()]
     pre, post = (level_text("norm", experiment.runs[x].model.norm) for x in (a.pair.to_run, a.pair.from_run))
 
-    def at(r: pd.Series, lead: str = "at epoch {}") -> str:
+    def at(r: pd.Series, lead: str = "At epoch {}") -> str:
         n = r["seeds"].replace("/", " and ")
         return (f"{lead.format(int(r['epoch']))}, {pre} {_f(r['to_mean'])} against {post} {_f(r['from_mean'])} "
                 f"({_signed(r['change'])} {_unit(metric)}, {_ci(r['ci_low'], r['ci_high'], n + ' seeds', '95% Welch interval')})")
 
     spans = math.isfinite(last["ci_low"]) and last["ci_low"] <= 0 <= last["ci_high"]
     tail = ": the interval includes 0" if spans else ""
+    # one interval a sentence: the widest epoch, then the last
     if int(big["epoch"]) == int(last["epoch"]):
-        return f"The {_metric_words(metric)} gap is largest at the last epoch: {at(last)}{tail}."
-    return (f"The {_metric_words(metric)} gap is largest early: {at(big)}; {at(last, 'at the last epoch ({})')}"
+        return f"The {_metric_words(metric)} gap is largest at the last epoch. {at(last)}{tail}."
+    return (f"The {_metric_words(metric)} gap is largest early. {at(big)}. {at(last, 'At the last epoch, {}')}"
             f"{tail}.")
+
+
+def _upper(text: str) -> str:
+    """``text`` starting a sentence: its first letter upper-case, the rest as written ("Post-LN" stays)."""
+    return text[:1].upper() + text[1:]
 
 
 def main_path(a: Answer) -> str | None:
@@ -608,8 +622,8 @@ def _decomposition_sentence(a: Answer, metric: str, epoch: int, experiment: Expe
     lo_f, hi_f = experiment.runs[a.pair.from_run].factors, experiment.runs[a.pair.to_run].factors
     steps = d[d["path"] == path].sort_values("step")
     total = steps["change"].sum()
-    parts = [f"{step_text(r.factor, lo_f[r.factor], hi_f[r.factor])} {_signed(r.change)} "
-             f"({_ci(r.ci_low, r.ci_high, r.seeds.replace('/', ' and ') + ' seeds', '95% Welch')})"
+    parts = [f"{_upper(step_text(r.factor, lo_f[r.factor], hi_f[r.factor]))}: {_signed(r.change)} "
+             f"({_ci(r.ci_low, r.ci_high, r.seeds.replace('/', ' and ') + ' seeds', '95% Welch')})."
              for r in steps.itertuples()]
     ranges = []
     if d["path"].nunique() > 1:
@@ -617,10 +631,11 @@ def _decomposition_sentence(a: Answer, metric: str, epoch: int, experiment: Expe
             v = d[d["factor"] == f]["change"]
             ranges.append(f"{level_text(f, lo_f[f])} -> {level_text(f, hi_f[f])} {_signed(v.min())} to "
                           f"{_signed(v.max())}")
-    orders = (f"; over the {d['path'].nunique()} orders of the factors (they interact) the steps range: "
-              + ", ".join(ranges)) if ranges else ""
+    orders = (f" Over the {d['path'].nunique()} orders of the factors, which interact, the steps range: "
+              + ", ".join(ranges) + ".") if ranges else ""
+    # one interval a sentence: each step its own
     return (f"At epoch {epoch}, the {_signed(total)} {_unit(metric)} gap in {_metric_words(metric)} splits, changing "
-            f"one factor at a time ({path.replace('>', ', then ')}), into: " + "; ".join(parts) + orders + ".")
+            f"one factor at a time ({path.replace('>', ', then ')}), into these steps. " + " ".join(parts) + orders)
 
 
 def _endpoint_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
@@ -646,11 +661,11 @@ def _endpoint_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
         else:
             how = {IMPROVING: "still falling, not converged", WORSENING: "rising, not converged",
                    UNDETERMINED: "not shown converged (its interval reaches beyond the tolerance)"}.get(state, state)
-        parts.append(f"{run}'s changes {pct}{over}: {how}")
+        parts.append(f"For {run}, the validation loss changes {pct}{over}: {how}.")
     span = f"over epochs {e.iloc[0]['epochs']}" if same else "each run over its own last scored epochs"
-    return (f"The end point, as far as these runs go: {span}, " + "; ".join(parts)
-            + f" (converged: the slope's 95% interval within ±{100 * tol:g}% an epoch; "
-            "analysis.report.convergence_tolerance).")
+    # one interval a sentence: each arm its own
+    return (f"The end point, as far as these runs go, {span}; converged means the slope's 95% interval lies within "
+            f"±{100 * tol:g}% an epoch (analysis.report.convergence_tolerance). " + " ".join(parts))
 
 
 def _sign_sentence(a: Answer, metric: str) -> str:

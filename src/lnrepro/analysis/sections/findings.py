@@ -20,6 +20,7 @@ import pandas as pd
 from .. import aggregate as ag
 from ..stats import budget as bu
 from ..stats import effects as ef
+from ..numbers import interval
 from .claims import claim_sentence, fmt, norm_label
 
 if TYPE_CHECKING:
@@ -84,6 +85,44 @@ def _pair_gap(data: ReportData) -> tuple[list[str], int | None]:
         out.append(f"Figure 4's pair, {high} minus {low}, at epoch {ep} ({which}; {n} seeds): {parts[0]}; "
                    f"{parts[1]}.")
     return out, widest
+
+
+def gap_headline(data: ReportData) -> str:
+    """Figure 4's gap in BLEU at the last epoch both runs are scored at, one interval: the Figure 4 section's
+    finding."""
+    pair, split, e = data.figure4_runs, data.agg.split, data.agg.epochs
+    if len(pair) != 2:
+        return "Figure 4's pair (comparisons.figure4) is not configured or not selected: no gap to report."
+    low, high = pair
+    bleu = f"{split}_bleu_tok"
+    ok = e[(e["status"] == bu.OK) & e["run"].isin(pair) & e[bleu].notna()]
+    both = ok.groupby("epoch")["run"].nunique()
+    if not (both == 2).any():
+        return f"Figure 4's pair, {high} and {low}, has no scored checkpoint of both runs yet."
+    last = int(both[both == 2].index.max())
+    at = ok[ok["epoch"] == last]
+    x, y = (at.loc[at["run"] == r, bleu].astype(float) for r in (low, high))
+    d, lo, hi, _ = ef.welch(x, y)
+    labels = [f"{norm_label(data.experiment.runs[r].model.norm)} with {schedule_words(data, r)}" for r in (high, low)]
+    ci = ", 95% Welch interval" if math.isfinite(lo) else ", no interval with one seed in an arm"
+    return (f"At epoch {last}, {labels[0]} reaches {fmt(y.mean())} BLEU and {labels[1]} {fmt(x.mean())}: a gap of "
+            f"{'+' if d > 0 else ''}{interval(d, lo, hi)} BLEU{ci}.")
+
+
+def norm_headline(data: ReportData) -> str:
+    """The norm position's simple effects on BLEU with and without warm-up at the fit's last epoch, one interval
+    a sentence: the factors section's finding after Figure 4's confounds."""
+    t, split = data.study.effects_by_epoch, data.agg.split
+    out = []
+    for effect, words in (("norm | warm-up on", "With warm-up"), ("norm | warm-up off", "Without warm-up")):
+        r = t[(t["epoch"] == data.study.fit_epoch) & (t["metric"] == f"{split}_bleu_tok") & (t["effect"] == effect)]
+        if r.empty or pd.isna(r["estimate"].iloc[0]):
+            continue
+        r = r.iloc[0]
+        ci = "95% interval" if math.isfinite(r["ci_low"]) else "no interval with one seed"
+        out.append(f"{words}, Pre-LN minus Post-LN is {interval(r['estimate'], r['ci_low'], r['ci_high'])} BLEU at "
+                   f"epoch {data.study.fit_epoch}, {ci}, over both decays.")
+    return " ".join(out)
 
 
 def _effect(data: ReportData, epoch: int, metric: str, effect: str) -> str | None:
