@@ -211,7 +211,8 @@ def _figure4(page: Page) -> dict[str, Any]:
 def _effects(page: Page) -> dict[str, Any]:
     s = page.data.study
     controlled = fi.findings(page.data)[1].sentences
-    return {"finding": " ".join([*controlled[:1], fi.norm_headline(page.data)]), "s": s, "target_fraction": f"{s.settings.target_fraction:.0%}",
+    return {"finding": " ".join([*controlled[:1], fi.norm_headline(page.data)]),
+            "s": s, "target_fraction": f"{s.settings.target_fraction:.0%}",
             "target": fmt(s.target_bleu),
             "length_rule": bu.length_rule(page.experiment.lengths),
             "design": s.design.rename(columns={f: f"{f} (-1 {lo}, +1 {hi})" for f, (lo, hi) in LEVEL_WORDS.items()}),
@@ -344,10 +345,10 @@ def _gradinit(page: Page) -> dict[str, Any]:
         fitted = "; ".join(f"{series_label(r.norm, 'init')} b = {interval(r.b, r.b_low, r.b_high)}"
                            + (f" (theory {r.theory_b:g})" if math.isfinite(r.theory_b) else "")
                            for r in top.itertuples())
+        each = [f"{series_label(r.norm, 'init')}: b = {interval(r.b, r.b_low, r.b_high)}"
+                + (f", theory {sig(r.theory_b)}." if math.isfinite(r.theory_b) else ".") for r in top.itertuples()]
         out["finding"] = ("The last decoder layer's expected gradient against depth, fitted as c L^b, one variant a "
-                          "sentence. " + " ".join(f"{series_label(r.norm, 'init')}: b = {interval(r.b, r.b_low, r.b_high)}"
-                                                  + (f", theory {sig(r.theory_b)}." if math.isfinite(r.theory_b) else ".")
-                                                  for r in top.itertuples()))
+                          "sentence. " + " ".join(each))
         out["fit"] = {"interval": ", ".join(sorted(set(top["interval"]))), "fitted": fitted,
                       "by_depth": d.gradinit_tables["gradinit_by_depth"],
                       "all": pd.concat([top, fit.drop(top.index)]).drop(columns="interval")}

@@ -103,10 +103,10 @@ def gap_headline(data: ReportData) -> str:
     at = ok[ok["epoch"] == last]
     x, y = (at.loc[at["run"] == r, bleu].astype(float) for r in (low, high))
     d, lo, hi, _ = ef.welch(x, y)
-    labels = [f"{norm_label(data.experiment.runs[r].model.norm)} with {schedule_words(data, r)}" for r in (high, low)]
+    labels = [norm_label(data.experiment.runs[r].model.norm) for r in (high, low)]
     ci = ", 95% Welch interval" if math.isfinite(lo) else ", no interval with one seed in an arm"
-    return (f"At epoch {last}, {labels[0]} reaches {fmt(y.mean())} BLEU and {labels[1]} {fmt(x.mean())}: a gap of "
-            f"{'+' if d > 0 else ''}{interval(d, lo, hi)} BLEU{ci}.")
+    return (f"At epoch {last}, {labels[0]} reaches {fmt(y.mean())} validation BLEU and {labels[1]} {fmt(x.mean())}: "
+            f"a gap of {'+' if d > 0 else ''}{interval(d, lo, hi)} BLEU{ci}.")
 
 
 def norm_headline(data: ReportData) -> str:
