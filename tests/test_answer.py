@@ -1,4 +1,4 @@
-"""The Answer section's tables (lnrepro.analysis.answer) on fabricated paper-config epochs: time to quality by
+"""The Answer section's tables (lnrepro.analysis.sections.answer) on fabricated paper-config epochs: time to quality by
 interpolation, the decomposition of Figure 4's gap along every order of the factors, the end point."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from lnrepro import config
 from lnrepro.analysis import aggregate as ag
-from lnrepro.analysis import answer as an
+from lnrepro.analysis.sections import answer as an
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = config.experiment(config.load_config([REPO / "config.yaml"]))

@@ -1,5 +1,5 @@
 """Budgets, per-seed observations, cell means and failure rates on a hand-made epoch table
-(lnrepro.analysis.budget)."""
+(lnrepro.analysis.stats.budget)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from lnrepro import config
-from lnrepro.analysis import budget as bu
+from lnrepro.analysis.stats import budget as bu
 from lnrepro.config.settings import ReportSettings
 from lnrepro.errors import LnReproError
 

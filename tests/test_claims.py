@@ -1,5 +1,5 @@
 """The claims: published.yaml, the five statuses, and the claims table on fabricated paper-scale results
-(lnrepro.analysis.claims)."""
+(lnrepro.analysis.sections.claims)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from fixtures_grids import demo_with_grids, grid_run
 from lnrepro import config
-from lnrepro.analysis import budget as bu
-from lnrepro.analysis import claims as cl
-from lnrepro.analysis import effects as ef
+from lnrepro.analysis.stats import budget as bu
+from lnrepro.analysis.sections import claims as cl
+from lnrepro.analysis.stats import effects as ef
 from lnrepro.config.settings import ReportSettings
 
 if sys.version_info >= (3, 11):

@@ -13,7 +13,7 @@ import yaml
 from lnrepro import config
 from lnrepro.analysis.aggregate import execution_facts
 from lnrepro.analysis.results import read_results
-from lnrepro.analysis.confounds import (
+from lnrepro.analysis.sections.confounds import (
     analyze_confounds,
     confounds_markdown,
     confounds_rows,

@@ -28,10 +28,12 @@ def _section(html: str, anchor: str) -> str:
 
 
 def _table_rows(html: str, table_id: str) -> list[list[str]]:
-    """The cell texts, row by row (header first), of the pandas-rendered ``<table id=table_id>``."""
+    """The cell texts, row by row (header first), of the pandas-rendered ``<table id=table_id>``; a cell that names
+    a run or a metric in words gives its identifier (its ``title``)."""
     match = re.search(rf'<table[^>]*id="{table_id}".*?</table>', html, flags=re.S)
     assert match, f"no table {table_id!r}"
-    return [[cell.strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, flags=re.S)]
+    return [[(title or cell).strip() for title, cell in
+             re.findall(r'<t[hd](?: title="([^"]*)")?[^>]*>(.*?)</t[hd]>', row, flags=re.S)]
             for row in re.findall(r"<tr[^>]*>(.*?)</tr>", match.group(0), flags=re.S)]
 
 
@@ -47,7 +49,7 @@ def test_report_has_one_bleu_per_run_per_epoch(demo_run: DemoRun) -> None:
     header, *rows = _table_rows(figure4, "bleu-per-epoch")
     assert header == ["epoch", *x.select]
     assert [row[0] for row in rows] == [str(ep) for ep in range(1, x.epochs + 1)]
-    assert all(re.fullmatch(r"\d+\.\d\d( ± \d+\.\d\d)?", cell) for row in rows for cell in row[1:]), rows
+    assert all(re.fullmatch(r"\d+(\.\d+)?( ± \d+(\.\d+)?)?", cell) for row in rows for cell in row[1:]), rows
     table = pd.read_csv(report / "tables" / "epochs.csv")
     for run in x.select:
         run_rows = table[table["run"] == run]

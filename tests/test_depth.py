@@ -1,6 +1,6 @@
-"""The depth study's report (analysis/depth.py) on a fabricated results tree: Wilson intervals, failure against the
-best cell of the same depth, the test row of a checkpoint below the valid-BLEU floor, the section only with runs
-of more than one depth."""
+"""The depth study's report (analysis/sections/depth.py) on a fabricated results tree: Wilson intervals, failure
+against the best cell of the same depth, the test row of a checkpoint below the valid-BLEU floor, the section only
+with runs of more than one depth."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 from lnrepro import config
 from lnrepro.analysis import DEPTH_FIGURES
-from lnrepro.analysis import budget as bu
-from lnrepro.analysis import depth as dp
-from lnrepro.analysis.report import make_report
+from lnrepro.analysis.stats import budget as bu
+from lnrepro.analysis.sections import depth as dp
+from lnrepro.analysis.render.report import make_report
 from lnrepro.config import Experiment
 from lnrepro.records import CheckpointScores, EpochManifest, RunSummary
 from test_report import decode

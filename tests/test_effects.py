@@ -1,4 +1,4 @@
-"""The factorial fit on fabricated observations whose effects are known (lnrepro.analysis.effects)."""
+"""The factorial fit on fabricated observations whose effects are known (lnrepro.analysis.stats.effects)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lnrepro.analysis import effects as ef
+from lnrepro.analysis.stats import effects as ef
 
 CELLS = pd.DataFrame([{"run": f"{n}{w}{d}", "norm": n, "warmup": w, "decay": d}
                       for n, w, d in itertools.product([-1, 1], repeat=3)])

@@ -1,4 +1,4 @@
-"""The end point's equivalence tests of Figure 4's arms (lnrepro.analysis.equivalence) on fabricated seed
+"""The end point's equivalence tests of Figure 4's arms (lnrepro.analysis.stats.equivalence) on fabricated seed
 values: the resolution arithmetic, the three verdicts, the direction of the difference, an arm that failed."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from scipy import stats
 
 from conftest import REPO
 from lnrepro import config
-from lnrepro.analysis import budget as bu
-from lnrepro.analysis import equivalence as eq
+from lnrepro.analysis.numbers import sig
+from lnrepro.analysis.stats import budget as bu
+from lnrepro.analysis.stats import equivalence as eq
 
 DEMO = config.experiment(config.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml"]))
 POST, PRE = DEMO.comparisons["figure4"].runs  # arm a, arm b
@@ -129,8 +130,8 @@ def test_sentences_state_the_resolution_first():
     first, second = words[:2]
     r = t.iloc[0]
     assert first.startswith(f"Resolution of the validation BLEU test at epoch {E}: 5 seeds of {PRE} and 5 seeds of "
-                            f"{POST}, a pooled seed standard deviation of {r['pooled_sd']:.4g} BLEU")
-    assert f"true difference under {r['largest_equivalent']:.4g} BLEU" in first
+                            f"{POST}, a pooled seed standard deviation of {sig(r['pooled_sd'])} BLEU")
+    assert f"true difference under {sig(r['largest_equivalent'])} BLEU" in first
     assert "analysis.report.equivalence_margins.bleu_tok" in first
     assert second.startswith(f"Validation BLEU at epoch {E}, Pre-LN minus Post-LN ({PRE} - {POST}): +0.1 BLEU")
     assert "so equivalent" in second

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import lnrepro.analysis.report as report_module
+import lnrepro.analysis.render.report as report_module
 from conftest import copy_run, snakemake
-from lnrepro.analysis.report import make_report
+from lnrepro.analysis.render.report import make_report
 from lnrepro.errors import LnReproError
 from test_faults_dag import DEMO_PAIR
 from test_report import make_tree

@@ -27,7 +27,7 @@ from lnrepro.analysis.gradinit import (
     token_loss,
     warmup_end_checkpoints,
 )
-from lnrepro.analysis.gradinit_fit import FIT_COLUMNS, fit_depths, headline, power_law
+from lnrepro.analysis.stats.gradinit_fit import FIT_COLUMNS, fit_depths, headline, power_law
 from lnrepro.config import AnalysisSettings, GradinitSettings
 from lnrepro.errors import LnReproError
 from lnrepro.io import atomic_torch_save, atomic_write_json, file_sha256

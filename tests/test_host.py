@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lnrepro.analysis.build import build
-from lnrepro.analysis.report import make_report
+from lnrepro.analysis.render.report import make_report
 from lnrepro.analysis.results import read_results
 from lnrepro.config import Experiment
 from lnrepro.host import CPU_FLAGS, cpu_flags, host_identity, host_key

@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from conftest import fake_bpe, tiny_experiment
 from lnrepro.analysis.gradinit import run_gradinit
-from lnrepro.analysis.plots import plot_gradinit
+from lnrepro.analysis.render.plots import plot_gradinit
 from lnrepro.errors import LnReproError
 from lnrepro.model import ModelConfig, Transformer
 from lnrepro.model.variants import RESIDUALS, Residual, register_residual

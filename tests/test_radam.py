@@ -191,7 +191,7 @@ def test_the_schema_and_the_config_accept_radam():
 
 
 def test_the_report_lists_radams_deviations_only_where_a_selected_run_uses_it():
-    from lnrepro.analysis.deviations import config_deviations
+    from lnrepro.analysis.render.deviations import config_deviations
 
     paper = cfg.load_config([REPO / "config.yaml"])
     deviation = OPTIMIZERS["radam"].deviations[0]

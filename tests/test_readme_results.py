@@ -1,4 +1,4 @@
-"""The README's results are generated from the published reports' tables (lnrepro.analysis.readme_results)."""
+"""The README's results are generated from the published reports' tables (lnrepro.analysis.render.readme_results)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from lnrepro.analysis import readme_results as rr
-from lnrepro.analysis.report import make_report
+from lnrepro.analysis.render import readme_results as rr
+from lnrepro.analysis.render.report import make_report
 from lnrepro.errors import LnReproError
 from test_report import DIVERGE, make_tree
 
@@ -197,7 +197,7 @@ def test_the_endpoint_part(report: Path) -> None:
 def test_the_depth_part(tmp_path_factory) -> None:
     """The depth part: the cells with failed seeds at the last epoch with their Wilson intervals, the design's
     resolution, what the study cannot show, the depth figure and the link; every number from the rate table."""
-    from lnrepro.analysis.depth import resolution_text
+    from lnrepro.analysis.sections.depth import resolution_text
     from test_depth import experiment as depth_experiment
     from test_depth import make_tree as depth_tree
 

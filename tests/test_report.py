@@ -17,10 +17,11 @@ import pytest
 from lnrepro import config
 from lnrepro.analysis import FIGURES
 from lnrepro.analysis import aggregate as ag
-from lnrepro.analysis import claims as cl
-from lnrepro.analysis import plots
-from lnrepro.analysis.claims import STATUSES
-from lnrepro.analysis.report import make_report
+from lnrepro.analysis.sections import claims as cl
+from lnrepro.analysis.render import plots
+from lnrepro.analysis.numbers import interval, sig
+from lnrepro.analysis.sections.claims import STATUSES
+from lnrepro.analysis.render.report import make_report
 from lnrepro.analysis.results import read_results
 from lnrepro.config import Experiment
 from lnrepro.paper import DEVIATIONS
@@ -166,7 +167,8 @@ def make_tree(root: Path, *, diverge: dict | None = None, unevaluated: set | Non
 
 
 class Tables(HTMLParser):
-    """Collect every <table id=...> as a list of rows of cell texts, and every <img src>."""
+    """Collect every <table id=...> as a list of rows of cell texts, and every <img src>. A cell that names a run
+    or a metric in words holds its identifier in ``title``: the identifier is the cell's text here."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -174,6 +176,7 @@ class Tables(HTMLParser):
         self.imgs: list[str] = []
         self._cur: str | None = None
         self._cell: list[str] | None = None
+        self._title: str | None = None
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -184,6 +187,7 @@ class Tables(HTMLParser):
             self.tables[self._cur].append([])
         elif tag in ("td", "th") and self._cur:
             self._cell = []
+            self._title = a.get("title")
         elif tag == "img":
             self.imgs.append(a["src"])
 
@@ -191,7 +195,7 @@ class Tables(HTMLParser):
         if tag == "table":
             self._cur = None
         elif tag in ("td", "th") and self._cell is not None and self._cur:
-            self.tables[self._cur][-1].append("".join(self._cell).strip())
+            self.tables[self._cur][-1].append(self._title or "".join(self._cell).strip())
             self._cell = None
 
     def handle_data(self, data):
@@ -225,7 +229,7 @@ def test_one_bleu_value_per_run_per_epoch(report):
     for run in ("postln_warmup_isqrt", "preln_nowarmup_step8"):
         for ep in (1, 2):
             vals = [bleu(run, s, ep) for s in SEEDS]
-            assert t.loc[str(ep), run] == f"{sum(vals) / 2:.2f} ± {pd.Series(vals).std():.2f}"
+            assert t.loc[str(ep), run] == f"{sig(sum(vals) / 2)} ± {sig(pd.Series(vals).std(), 2)}"
     assert (t != "").all().all() and not t.isin(["missing", ""]).any().any()
 
 
@@ -235,7 +239,7 @@ def test_diverged_and_unevaluated_are_shown_as_such(report):
     assert t.loc["1", "postln_nowarmup_isqrt"] != "diverged"
     assert t.loc["2", "postln_nowarmup_isqrt"] == "diverged" and t.loc["3", "postln_nowarmup_isqrt"] == "diverged"
     # one of two seeds diverged at epoch 3: the other seed's value, with the count
-    assert t.loc["3", "preln_nowarmup_step8"] == f"{bleu('preln_nowarmup_step8', 1, 3):.2f} (1/2 diverged)"
+    assert t.loc["3", "preln_nowarmup_step8"] == f"{sig(bleu('preln_nowarmup_step8', 1, 3))} (1/2 diverged)"
     assert t.loc["3", "preln_warmup_isqrt"] == "not evaluated"
     loss = as_frame(p.tables["loss-per-epoch"])
     assert loss.loc["2", "postln_nowarmup_isqrt"] == "diverged"
@@ -249,8 +253,8 @@ def test_diverged_and_unevaluated_are_shown_as_such(report):
 def test_sections_notes_confounds_deviations(report):
     exp_dir, exp, index, p = report
     text = index.read_text()
-    for sec in ("What was run", "Figure 4 reproduction", "Confounds", "Stability", "Wall-clock",
-                "Gradient at initialization", "Assumptions and deviations", "Where it ran"):
+    for sec in ("Settings", "Figure 4 reproduced", "Confounds in full", "Stability and failures",
+                "Runs and their cost", "Gradient at initialization", "Assumptions and deviations", "Where it ran"):
         assert sec in text
     assert "DEMO NOTE: T_warmup" in text and all(d in html.unescape(text) for d in DEVIATIONS)
     assert "Expected gradient at initialization: not computed" in text
@@ -306,10 +310,13 @@ def _section(text: str, anchor: str) -> str:
 def test_findings_open_the_page_and_come_from_the_tables(report):
     exp_dir, _, index, p = report
     text = index.read_text()
-    assert re.findall(r'<h2 id="([a-z0-9]+)">', text)[:8] == [
-        "answer", "findings", "run", "figure4", "effects", "tuned", "variants", "claims"]
-    # the Answer comes before the table of contents: the first screen answers
-    assert text.index('<h2 id="answer">') < text.index('<a href="#answer">') < text.index('<h2 id="findings">')
+    # a results section: one section per question, then the appendix (no variant beyond the paper's two, no
+    # second depth: no such sections)
+    assert re.findall(r'<h2 id="([a-z0-9]+)">', text) == [
+        "answer", "figure4", "effects", "endpoint", "tuned", "stability", "gradinit",
+        "claims", "confounds", "findings", "run", "assumptions", "wallclock", "where", "files"]
+    # the summary, then the table of contents, then the Answer: the first screen answers
+    assert text.index('<p class="summary">') < text.index('<a href="#answer">') < text.index('<h2 id="answer">')
     assert '<h2 id="deviations">' not in text and '<h2 id="assumptions">' in text
     claims = pd.read_csv(exp_dir / "report" / "tables" / "claims.csv")
     section = _section(text, "findings")
@@ -336,7 +343,9 @@ def test_findings_open_the_page_and_come_from_the_tables(report):
     assert "Divergence (a non-finite training loss)" in html.unescape(groups[2][0])
     rows = {r[0]: r for r in p.tables["claims"][1:]}
     measured = claims.set_index("id").loc["figure4_postln_bleu", "measured"]
-    assert rows["figure4_postln_bleu"][5].startswith(f"{measured:.4g} [")  # the value [its interval]
+    row = claims.set_index("id").loc["figure4_postln_bleu"]
+    # the value [its interval], as the page writes numbers
+    assert rows["figure4_postln_bleu"][3] == interval(measured, row["ci_low"], row["ci_high"])
 
 
 def test_answer_md_quotes_the_answer_section_and_the_equivalence_tests(report):
@@ -348,8 +357,13 @@ def test_answer_md_quotes_the_answer_section_and_the_equivalence_tests(report):
     md = (out / "answer.md").read_text(encoding="utf-8")
     head, *paragraphs = md.rstrip("\n").split("\n\n")
     assert head == "# The answer: fake" and "\n" not in "".join(paragraphs)
-    section = _section(index.read_text(), "answer").split('<li><a href="#answer">', 1)[0]  # up to the contents
-    assert paragraphs == [html.unescape(x) for x in re.findall(r"<li>(.*?)</li>", section)]
+    # the Answer's finding first, then its list and the end point's sentences (the page shows the notes in the
+    # Answer's list, answer.md last)
+    answer, end_point = _section(index.read_text(), "answer"), _section(index.read_text(), "endpoint")
+    finding = re.findall(r'<p class="finding">(.*?)</p>', answer)
+    assert paragraphs[0] == html.unescape(finding[0])
+    assert sorted(paragraphs) == sorted(html.unescape(x) for x in finding + re.findall(r"<li>(.*?)</li>",
+                                                                                        answer + end_point))
     eq = pd.read_csv(out / "tables" / "equivalence.csv")
     assert list(eq["metric"]) == ["valid_bleu_tok", "valid_nll_base2", "test_bleu_tok", "test_nll_base2"]
     assert set(eq["verdict"]) == {"not tested"}  # preln_nowarmup_step8's seed 2 diverged at epoch 3
@@ -380,8 +394,8 @@ def test_equivalence_tested_and_failure_reference_printed(tmp_path):
     judged = fates[fates["run"] == "postln_nowarmup_isqrt"]
     assert set(judged["reference"]) == {"postln_warmup_isqrt"}
     assert set(fates.loc[fates["run"] != "postln_nowarmup_isqrt", "reference"]) == {""}
-    effects = html.unescape(_section(index.read_text(), "effects"))
-    assert "analysis.report.failure_reference: postln_nowarmup_isqrt against postln_warmup_isqrt" in effects
+    stability = html.unescape(_section(index.read_text(), "stability"))
+    assert "analysis.report.failure_reference: postln_nowarmup_isqrt against postln_warmup_isqrt" in stability
 
 
 def test_data_budget_effect_and_failure_tables(report):
@@ -406,7 +420,8 @@ def test_data_budget_effect_and_failure_tables(report):
     fates = pd.read_csv(tables / "seed_fates.csv")
     assert set(fates["budget"]) == {"epoch 3", "epoch 2"} and "did not train" in set(fates["fate"]) | {"did not train"}
     effects_html = html.unescape(_section(index.read_text(), "effects"))
-    assert "Welch-Satterthwaite" in effects_html and "analysis.report.failure_bleu_fraction" in effects_html
+    assert "Welch-Satterthwaite" in effects_html
+    assert "analysis.report.failure_bleu_fraction" in html.unescape(_section(index.read_text(), "stability"))
     assert "analysis.report.convergence_window" in html.unescape(_section(index.read_text(), "figure4"))
     last = effects[(effects["metric"] == "valid_bleu_tok") & (effects["budget"] == "epoch 3")].set_index("effect")
     # epoch 3: postln_nowarmup_isqrt diverged, preln_warmup_isqrt not scored: two cells, only norm identified
@@ -483,7 +498,7 @@ def test_report_with_test_scored_at_the_last_epoch_only(tmp_path):
     test = as_frame(p.tables["bleu-per-epoch-test"])
     assert list(test.index) == [str(EPOCHS)]
     vals = [bleu("postln_warmup_isqrt", s, EPOCHS) + 1 for s in SEEDS]
-    assert test.loc[str(EPOCHS), "postln_warmup_isqrt"] == f"{sum(vals) / 2:.2f} ± {pd.Series(vals).std():.2f}"
+    assert test.loc[str(EPOCHS), "postln_warmup_isqrt"] == f"{sig(sum(vals) / 2)} ± {sig(pd.Series(vals).std(), 2)}"
     assert list(as_frame(p.tables["bleu-per-epoch"]).index) == [str(e) for e in range(1, EPOCHS + 1)]
     cells = pd.read_csv(tables / "cells.csv")
     assert set(cells.loc[cells["metric"].str.startswith("test_"), "budget"]) == {f"epoch {EPOCHS}"}
@@ -559,7 +574,7 @@ def test_a_claim_needing_an_unscored_epoch_says_so(tmp_path):
     """valid scored at epochs 1 and 3 only (test at 2 and 3): the Figure 4 epoch-ratio claim needs valid at
     epoch 2 (three quarters of 3), so it is not measured and says why; valid's cells leave out the earlier
     epoch and the CPU-time budget."""
-    from lnrepro.analysis.claims import published
+    from lnrepro.analysis.sections.claims import published
 
     exp_dir, exp = make_tree(tmp_path, scored={"valid": [1, EPOCHS], "test": [2, EPOCHS]})
     make_report(exp_dir, exp, exp_dir / "report")
@@ -628,7 +643,7 @@ def _gradinit_rows(checkpoint: str = "init", depths=(2, 3), seeds=(1, 2, 3)) -> 
 
 
 def test_report_with_gradinit_and_partial_tree(tmp_path):
-    from lnrepro.analysis.gradinit_fit import write_fit
+    from lnrepro.analysis.stats.gradinit_fit import write_fit
 
     exp_dir, _ = make_tree(tmp_path)
     # a run folder deleted (not trained yet) must not break the report
@@ -654,13 +669,13 @@ def test_report_with_gradinit_and_partial_tree(tmp_path):
     assert (figures / "gradinit_by_layer.png").exists() and (figures / "gradinit_last_layer_vs_depth.png").exists()
     text = index.read_text()
     assert "not computed" not in text
-    assert "Post-LN b = 0.000 [0.000, 0.000] (theory 0)" in text and "Pre-LN b = -0.500 [-0.500, -0.500]" in text
+    assert f"Post-LN b = {interval(0, 0, 0)} (theory 0)" in text and "Pre-LN b = −0.50 [−0.50, −0.50]" in text
     assert "seed 1: epoch 2 (40 updates)" in text
     header, *cells = p.tables["gradinit"]  # at the experiment's depth (2): NORMS order, after warm-up, ratio, noise
     assert header == ["stack", "layer", "sublayer", "param", "Post-LN", "Pre-LN", "Post-LN after warm-up",
                       "Post-LN/Pre-LN", "noise (max)"]
     assert [row[:2] for row in cells[:2]] == [["enc", "1"], ["enc", "1"]]  # layers numbered from 1
-    assert {row[-2] for row in cells} == {f"{2 * 2 ** 0.5:.4g}"}
+    assert {row[-2] for row in cells} == {sig(2 * 2 ** 0.5)}
     header, *cells = p.tables["gradinit-by-depth"]
     assert header[:2] == ["depth", "Post-LN"] and [row[0] for row in cells] == ["2", "3"]
 
@@ -772,8 +787,8 @@ def test_learning_rates_from_train_jsonl(tmp_path, drawn):
 
 def _factorial_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Observations, cells and design of the full 2x2x2 design, two seeds, the no-warm-up Post-LN cells diverged."""
-    from lnrepro.analysis import budget as bu
-    from lnrepro.analysis.effects import FACTORS
+    from lnrepro.analysis.stats import budget as bu
+    from lnrepro.analysis.stats.effects import FACTORS
 
     design = pd.DataFrame([{"run": f"c{n}{w}{d}", "norm": n, "warmup": w, "decay": d}
                            for n in (-1, 1) for w in (-1, 1) for d in (-1, 1)])
@@ -790,7 +805,7 @@ def _factorial_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 
 def test_plot_cells_effects_interaction(drawn):
-    from lnrepro.analysis import effects as ef
+    from lnrepro.analysis.stats import effects as ef
 
     obs, cells, design = _factorial_tables()
     effects = ef.effects_table(ef.fits(obs, design))
@@ -855,3 +870,66 @@ def test_equal_work_on_two_clocks(report):
     budgets = pd.read_csv(exp_dir / "report" / "tables" / "budgets.csv").set_index("budget")
     (cpu,) = [b for b in budgets.index if b.startswith("training CPU")]
     assert "CPU-seconds of training" in budgets.loc[cpu, "how"] and budgets.loc[cpu, "cpu_s"] > 0
+
+
+# A decimal number in the page's text (a run name's digits or a setting such as 2.0e-3 is part of a word); whole
+# numbers are exact counts (epochs, updates, seeds) and are written whole.
+DECIMAL = re.compile(r"(?<![\w.\-])[-−+]?(\d+\.\d+)(?![\w.])")
+
+
+def significant_digits(number: str) -> int:
+    """Significant digits of a written decimal: its digits without leading zeros ("0.0250" has 3)."""
+    return len(number.replace(".", "").lstrip("0"))
+
+
+def test_significant_digits_of_a_written_number():
+    assert [significant_digits(x) for x in ("0.0250", "13.75", "0.5", "100.0")] == [3, 4, 1, 4]
+
+
+def test_no_number_outside_the_appendix_has_more_than_four_significant_digits(report):
+    """The page writes numbers as a reader does (lnrepro.analysis.numbers); the appendix holds the full tables."""
+    exp_dir, _, index, _ = report
+    text = index.read_text(encoding="utf-8")
+    assert '<section class="appendix">' in text
+    main = re.sub(r"<style>.*?</style>", "", text.split('<section class="appendix">', 1)[0], flags=re.S)
+    plain = html.unescape(re.sub(r"<[^>]+>", " ", main))
+    numbers = [m.group(0) for m in DECIMAL.finditer(plain)]
+    assert numbers  # the check reads the page's numbers
+    assert [x for x in numbers if significant_digits(x.lstrip("-−+")) > 4] == []
+    # the CSVs keep full precision
+    cells = pd.read_csv(exp_dir / "report" / "tables" / "cells.csv")
+    assert any(significant_digits(f"{v!r}") > 4 for v in cells["mean"].dropna())
+
+
+def test_tables_name_runs_and_metrics_in_words(report):
+    """A run or a metric in a table is named as a reader would; the identifier stays in the tooltip."""
+    _, _, index, _ = report
+    text = index.read_text(encoding="utf-8")
+    assert '<th title="postln_warmup_isqrt">Post-LN, warm-up, inverse-sqrt decay</th>' in text
+    assert '<th title="preln_nowarmup_step8">Pre-LN, no warm-up, step decay</th>' in text
+    assert '<td title="valid_bleu_tok">validation BLEU</td>' in text
+    assert '<td title="valid_loss_base2">validation loss (bits)</td>' in text
+
+
+def _depth(sentence: str) -> int:
+    """How deep the sentence's parentheses nest."""
+    deepest = depth = 0
+    for c in sentence:
+        depth += (c == "(") - (c == ")")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+INTERVAL = re.compile(r"interval [^,;()]*? to |\[[^\]]+, [^\]]+\]")  # "interval a to b" or "a [lo, hi]"
+
+
+def test_sentences_outside_the_appendix_read_aloud(report):
+    """Each question's finding and list: no parentheses inside parentheses, at most one interval a sentence."""
+    _, _, index, _ = report
+    main = index.read_text(encoding="utf-8").split('<section class="appendix">', 1)[0]
+    texts = [html.unescape(re.sub(r"<[^>]+>", "", x)) for pair in
+             re.findall(r'<li>(.*?)</li>|<p class="finding">(.*?)</p>', main, re.S) for x in pair if x]
+    sentences = [s for text in texts for s in re.split(r"(?<=[.:;])\s+(?=[A-Z])", text)]
+    assert len(sentences) > 10
+    assert [s for s in sentences if _depth(s) > 1] == []
+    assert [s for s in sentences if len(INTERVAL.findall(s)) > 1] == []

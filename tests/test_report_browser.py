@@ -38,10 +38,14 @@ addEventListener("load", () => {
   out.id = "lnrepro-probe";
   out.textContent = JSON.stringify({
     images: [...document.images].map(i => ({src: i.getAttribute("src"), ok: i.complete && i.naturalWidth > 0})),
-    // the page's landmarks in document order: the title, the section headings, the figures, the table of contents
-    order: [...document.querySelectorAll("h1, h2, img, a[href='#answer']")].map(e =>
-      e.tagName === "IMG" ? "img " + e.getAttribute("src") : e.tagName === "A" ? "contents" : e.tagName.toLowerCase()
-      + (e.id ? "#" + e.id : "")),
+    // the page's landmarks in document order: the title, the summary, the table of contents, the section
+    // headings, the figures
+    order: [...document.querySelectorAll("h1, p.summary, h2, img, a[href='#answer']")].map(e =>
+      e.tagName === "IMG" ? "img " + e.getAttribute("src") : e.tagName === "A" ? "contents"
+      : e.className === "summary" ? "summary" : e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")),
+    // where the summary and the Answer's figure end, in the page's pixels at the window's width
+    screen: {width: innerWidth, summary: document.querySelector("p.summary").getBoundingClientRect().bottom,
+             figure: document.querySelector("#answer ~ figure img").getBoundingClientRect().bottom},
     errors: lnreproErrors});
   document.body.append(out);
 });
@@ -51,6 +55,7 @@ addEventListener("load", () => {
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--enable-logging=stderr", "--v=0"]
+FIRST_SCREEN = (1400, 900)  # the window a reader opens the report in: its first screen must answer
 
 
 def chromium_required() -> bool:
@@ -104,22 +109,38 @@ def served(demo_run: DemoRun) -> Iterator[str]:
         thread.join()
 
 
-def test_report_opens_in_chromium_with_every_image(chromium: str, demo_run: DemoRun, served: str,
-                                                   tmp_path: Path) -> None:
-    proc = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
-                           served + PROBE], capture_output=True, text=True, timeout=180)
+def probe_page(chromium: str, url: str, profile: Path) -> tuple[dict, str]:
+    """The probe's findings on the page at ``url``, opened in a window of FIRST_SCREEN, and Chromium's stderr."""
+    width, height = FIRST_SCREEN
+    proc = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--window-size={width},{height}", f"--user-data-dir={profile}",
+                           "--dump-dom", url + PROBE], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     match = re.search(r'<script type="application/json" id="lnrepro-probe">(.*?)</script>', proc.stdout, re.S)
     assert match, f"the probe did not run (no load event?):\n{proc.stdout[:2000]}\n{proc.stderr[-3000:]}"
-    probe = json.loads(match.group(1))
+    return json.loads(match.group(1)), proc.stderr
+
+
+def assert_reads_as_results(probe: dict) -> None:
+    """The title, the summary and the table of contents, then the Answer with its figure; the questions before the
+    appendix; the summary and the Answer's figure whole on the first screen."""
+    assert probe["order"][:5] == ["h1", "summary", "contents", "h2#answer", f"img figures/{FIGURES['answer']}"]
+    headings = [x for x in probe["order"] if x.startswith("h2#")]
+    assert headings.index("h2#figure4") < headings.index("h2#effects") < headings.index("h2#claims")
+    assert headings[-1] == "h2#files"
+    screen = probe["screen"]  # headless Chromium's window is FIRST_SCREEN wide; its height is not the page's
+    assert screen["width"] == FIRST_SCREEN[0]
+    assert screen["summary"] <= FIRST_SCREEN[1] and screen["figure"] <= FIRST_SCREEN[1], screen
+
+
+def test_report_opens_in_chromium_with_every_image(chromium: str, demo_run: DemoRun, served: str,
+                                                   tmp_path: Path) -> None:
+    probe, stderr = probe_page(chromium, served, tmp_path / "profile")
     # every figure of FIGURES is on the page (the demo computes gradinit too) and each one decoded
     assert sorted(i["src"] for i in probe["images"]) == sorted(f"figures/{f}" for f in FIGURES.values())
     assert [i["src"] for i in probe["images"] if not i["ok"]] == []
     assert probe["errors"] == []
-    # the first screen answers: right after the title, the Answer section and its figure, then the
-    # table of contents and the other sections
-    assert probe["order"][:5] == ["h1", "h2#answer", f"img figures/{FIGURES['answer']}", "contents", "h2#findings"]
-    console = [line for line in proc.stderr.splitlines() if re.search(r":CONSOLE[:(]", line)]
+    assert_reads_as_results(probe)
+    console = [line for line in stderr.splitlines() if re.search(r":CONSOLE[:(]", line)]
     assert console == [], "\n".join(console)
 
 

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 from conftest import fake_bpe, tiny_experiment
 from lnrepro.analysis.gradinit import run_gradinit
-from lnrepro.analysis.gradinit_fit import depth_table, headline, layer_table
-from lnrepro.analysis.plots import plot_gradinit, plot_gradinit_depth
+from lnrepro.analysis.stats.gradinit_fit import depth_table, headline, layer_table
+from lnrepro.analysis.render.plots import plot_gradinit, plot_gradinit_depth
 from lnrepro.model import Transformer
 from lnrepro.norms import norm_variant
 from lnrepro.train.batching import collate, read_ids

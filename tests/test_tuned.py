@@ -1,5 +1,5 @@
 """Tuned baselines on hand-made tables: each grid's best by validation loss, tuned against tuned on the test
-split (lnrepro.analysis.tuned)."""
+split (lnrepro.analysis.sections.tuned)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from scipy import stats
 from conftest import REPO
 from fixtures_grids import demo_with_grids
 from lnrepro import config
-from lnrepro.analysis import tuned as tu
+from lnrepro.analysis.sections import tuned as tu
 from lnrepro.config import Experiment
 
 DEMO = demo_with_grids()

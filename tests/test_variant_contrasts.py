@@ -1,4 +1,5 @@
-"""The variants beyond the paper's two against Post-LN and Pre-LN at an equal schedule (analysis/variants.py)."""
+"""The variants beyond the paper's two against Post-LN and Pre-LN at an equal schedule
+(analysis/sections/variants.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pandas as pd
 import pytest
 
 from lnrepro import config
-from lnrepro.analysis import effects as ef
-from lnrepro.analysis import variants as va
+from lnrepro.analysis.stats import effects as ef
+from lnrepro.analysis.sections import variants as va
 
 REPO = Path(__file__).resolve().parents[1]
 SELECT = ["postln_warmup_isqrt", "preln_warmup_isqrt", "preln_nowarmup_step8", "deepnorm_warmup_isqrt",

@@ -84,7 +84,7 @@ def _gradinit(a: argparse.Namespace) -> None:
 
 
 def _report(a: argparse.Namespace) -> None:
-    from .analysis.report import make_report
+    from .analysis.render.report import make_report
     from .config import Experiment
 
     if a.store:  # a store is laid out as results/{exp}/: its experiment.json, its report/ folder
@@ -110,7 +110,7 @@ def _publish(a: argparse.Namespace) -> None:
 
 
 def _readme_results(a: argparse.Namespace) -> None:
-    from .analysis.readme_results import update_readme
+    from .analysis.render.readme_results import update_readme
 
     report = a.report or Path(PUBLISHED_REPORTS[a.part])
     fresh = update_readme(a.readme, report, str(report), check=a.check, part=a.part)

@@ -3,7 +3,7 @@ unstated, the implementation's deliberate deviations, fairseq's IWSLT14 dictiona
 the published numbers (``analysis/published.yaml``) with their loader.
 
 The configuration layer, the analysis and the report read these; none of them is computed from an experiment
-(``lnrepro.analysis.deviations`` renders them against one).
+(``lnrepro.analysis.render.deviations`` renders them against one).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ SIZE_KEYS = ("encoder_layers", "decoder_layers", "d_model", "ffn_dim", "heads")
 @functools.cache
 def published() -> dict[str, Any]:
     """published.yaml: ``paper`` (citation, scale, setup), ``figure4`` and ``claims`` (each claim's ``measure``
-    kind is checked against ``lnrepro.analysis.claims.MEASURES`` where the claims are measured)."""
+    kind is checked against ``lnrepro.analysis.sections.claims.MEASURES`` where the claims are measured)."""
     with open(PUBLISHED, encoding="utf-8") as f:
         return yaml.safe_load(f)
 

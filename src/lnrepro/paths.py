@@ -26,7 +26,7 @@ ANSWER_MD = "answer.md"  # the report's Answer sentences, in results/{exp}/repor
 NAME_ROOM = len(".seed") + 10 + len("_valid_test") + len(".log")
 MAX_NAME = 255 - NAME_ROOM
 # The published reports (folders no rule writes), by the README's Results part that quotes each
-# (lnrepro.analysis.readme_results.PARTS): a study's store keeps its report in report/ (lnrepro.store); the CPU
+# (lnrepro.analysis.render.readme_results.PARTS): a study's store keeps its report in report/ (lnrepro.store); the CPU
 # study's first edition, whose records were not kept, is a report alone.
 PUBLISHED_REPORTS = {"study": "published/study-cpu-first-edition", "endpoint": "published/endpoint-cpu/report",
                      "depth": "published/depth-cpu/report"}

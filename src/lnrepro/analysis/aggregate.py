@@ -16,8 +16,8 @@ import pandas as pd
 from ..config.settings import Experiment
 from ..host import host_key
 from ..records import Record, RunStatus
-from .budget import COST
-from .confounds import HOST_FREE_UNIT
+from .stats.budget import COST
+from .sections.confounds import HOST_FREE_UNIT
 from .results import Results, SeedResults
 
 # Scores read per split from eval/epochNNN.json "splits": {split: {...}}.
@@ -468,7 +468,7 @@ def convergence_table(epochs: pd.DataFrame, experiment: Experiment, split: str, 
     ``window`` scored epochs (every seed finished there) with its 95% interval, relative to the window's mean,
     and its label by ``convergence_rule``; ``lr_cut`` names the step decay that cut its learning rate before
     the window ends ("" for none)."""
-    from .budget import t_quantile
+    from .stats.budget import t_quantile
 
     col = f"{split}_nll_base2"
     rows = []

@@ -18,14 +18,14 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from . import aggregate as ag
-from . import answer as an
-from . import claims as cl
-from . import equivalence as eq
-from . import depth as dp
+from .sections import answer as an
+from .sections import claims as cl
+from .stats import equivalence as eq
+from .sections import depth as dp
 from . import study as st
-from . import variants as va
-from .confounds import analyze_confounds, confounds_rows
-from .gradinit_fit import depth_table, figure_depth, layer_table
+from .sections import variants as va
+from .sections.confounds import analyze_confounds, confounds_rows
+from .stats.gradinit_fit import depth_table, figure_depth, layer_table
 from .results import Results
 
 

@@ -266,12 +266,12 @@ def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: 
                  fit_csv: Path | None = None, device: str = DEFAULT_DEVICE) -> pd.DataFrame:
     """For each seed, depth and norm variant of ``analysis.gradinit`` (``measured_norms``): a freshly initialized
     model on the seed's K training batches, on ``device`` (cpu | cuda). Writes ``out_csv`` (columns CSV_COLUMNS)
-    and, when given, ``fit_csv`` (the fit over depths, lnrepro.analysis.gradinit_fit); returns the table."""
+    and, when given, ``fit_csv`` (the fit over depths, lnrepro.analysis.stats.gradinit_fit); returns the table."""
     import torch
     from tqdm import tqdm
 
     from ..model import Transformer
-    from .gradinit_fit import write_fit
+    from .stats.gradinit_fit import write_fit
 
     job = _Job(config, bpe_dir, threads, device)
     s = job.settings

@@ -26,7 +26,7 @@ from ..io import read_json
 from ..paths import Paths
 from ..records import CheckpointScores, EpochManifest, RunSummary
 from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
-from .gradinit_fit import FIT_COLUMNS
+from .stats.gradinit_fit import FIT_COLUMNS
 
 
 

@@ -11,11 +11,11 @@ import pandas as pd
 
 from ..config.settings import Comparison, Experiment, ReportSettings
 from . import aggregate as ag
-from . import budget as bu
-from . import claims as cl
-from . import effects as ef
+from .stats import budget as bu
+from .sections import claims as cl
+from .stats import effects as ef
 from . import tables as tb
-from . import tuned as tu
+from .sections import tuned as tu
 
 
 @dataclass

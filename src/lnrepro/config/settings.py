@@ -402,7 +402,7 @@ class GradinitConfig(Section):
 @dataclass(frozen=True)
 class EquivalenceMargins(Section):
     """analysis.report.equivalence_margins: per end-point metric, the margin within which Figure 4's arms count as
-    equivalent at the last epoch (two one-sided tests; lnrepro.analysis.equivalence)."""
+    equivalent at the last epoch (two one-sided tests; lnrepro.analysis.stats.equivalence)."""
 
     bleu_tok: float = 1.0  # tokenized BLEU points
     nll_base2: float = 0.05  # validation NLL, bits per target token (without label smoothing)
@@ -410,7 +410,7 @@ class EquivalenceMargins(Section):
 
 @dataclass(frozen=True)
 class ReportSettings(Section):
-    """analysis.report: the budgets and thresholds of the report's comparisons (lnrepro.analysis.budget)."""
+    """analysis.report: the budgets and thresholds of the report's comparisons (lnrepro.analysis.stats.budget)."""
 
     budget_epoch: int | None = None  # the earlier budget; None: three quarters of the training (15 of 20)
     target_fraction: float = 0.95  # updates-to-target: the first epoch at this fraction of the best BLEU
@@ -425,7 +425,7 @@ class ReportSettings(Section):
     bleu_interval: str = "logit"  # a BLEU mean's interval: "logit" (t on logit(BLEU/100), inside [0, 100]) or "t"
     convergence_window: int = 4  # the last scored epochs whose validation-NLL slope is tested
     convergence_tolerance: float = 0.005  # converged: the slope's 95% interval within +-this fraction an epoch
-    # The Answer section (lnrepro.analysis.answer): time to quality and the end point.
+    # The Answer section (lnrepro.analysis.sections.answer): time to quality and the end point.
     quality_fractions: tuple[float, ...] = (0.5, 0.75, 0.9)  # targets: these fractions of the lower arm's final quality
     useful_fraction: float = 0.5  # a lower arm below this fraction of the higher arm's final quality has failed
     sign_horizon: int = 5  # the final gap could change sign: smaller than this many epochs of either arm's slope
@@ -533,7 +533,7 @@ class Experiment(Section):
     @property
     def depths(self) -> tuple[int, ...]:
         """The selected runs' depths L (``model.encoder_layers``; the presets give the decoder as many), ascending:
-        the report's depth study (lnrepro.analysis.depth) and its figure exist for more than one."""
+        the report's depth study (lnrepro.analysis.sections.depth) and its figure exist for more than one."""
         return tuple(sorted({self.runs[run].model.encoder_layers for run in self.select}))
 
     def seeds_of(self, run: str) -> tuple[int, ...]:

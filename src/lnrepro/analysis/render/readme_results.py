@@ -1,0 +1,267 @@
+"""The README's results, generated from published reports' tables so the two cannot drift apart.
+
+The README has one part per published study (``PARTS``): the factorial study (``study``), the end point of
+Figure 4's pair (``endpoint``) and the depth study (``depth``), each between its own two markers and each a few
+sentences, the headline figure and a link to the report, which holds the full tables. ``lnrepro readme-results
+--part endpoint --report published/endpoint-cpu`` rewrites one part from that report's CSV tables (tables/*.csv,
+docs/outputs.md), or with its Answer sentences (answer.md) where the report has them; a part whose published
+folder does not exist yet says so. ``--check`` only compares and fails when the README differs
+(tests/test_readme_results.py runs it on each part). Every number in a part is a cell of one of those tables or
+a sentence of answer.md, formatted, never recomputed (the depth part's resolution sentence is
+``depth.resolution_text`` of the rate table's seed counts: arithmetic of the design, not of the results).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ...errors import LnReproError
+from ...io import write_generated
+from ...paths import ANSWER_MD, PUBLISHED_REPORTS
+from .. import DEPTH_FIGURES, FIGURES
+
+FIGURE4 = "figure4"  # the comparison whose runs are the paper's Figure 4 (config.yaml, comparisons)
+ANSWER_WORDS = 200  # the README quotes answer.md's paragraphs up to about this many words; the report has them all
+
+
+def _table(report: Path, name: str) -> pd.DataFrame:
+    path = report / "tables" / f"{name}.csv"
+    if not path.is_file():
+        raise LnReproError(f"{path}: missing (the README's results need the report's table {name}.csv)")
+    return pd.read_csv(path, keep_default_na=True)
+
+
+def _num(x: object, digits: int = 2) -> str:
+    """A table cell as the README prints it: fixed decimals, an em dash for an empty cell."""
+    try:
+        v = float(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(x)
+    return "—" if math.isnan(v) else f"{v:.{digits}f}"
+
+
+def _budget(report: Path) -> str:
+    """The last epoch's budget label (budgets.csv lists it first)."""
+    return str(_table(report, "budgets").iloc[0]["budget"])
+
+
+def _scale(report: Path) -> str:
+    """The report's scale in words (the claims table's)."""
+    scale = _table(report, "claims")["scale"].dropna()
+    return str(scale.iloc[0]) if not scale.empty else "unknown"
+
+
+def _figure4_runs(report: Path) -> tuple[list[str], pd.Series]:
+    conf = _table(report, "confounds")
+    row = conf[conf["comparison"] == FIGURE4]
+    if row.empty:
+        raise LnReproError(f"{report / 'tables' / 'confounds.csv'}: no comparison {FIGURE4!r}")
+    row = row.iloc[0]
+    return [r.strip() for r in str(row["runs"]).split(",")], row
+
+
+def answer_paragraphs(report: Path, from_end: bool = False) -> list[str]:
+    """The report's Answer sentences (answer.md's paragraphs below its heading, in its order): the first (the
+    verdict), then those that follow it, or with ``from_end`` those that end it (the end point's: its slope, sign
+    and equivalence tests), up to about ``ANSWER_WORDS`` words in all; none for a report written before
+    answer.md."""
+    path = report / ANSWER_MD
+    if not path.is_file():
+        return []
+    body = path.read_text(encoding="utf-8").partition("\n")[2].strip()
+    paragraphs = [p.strip() for p in body.split("\n\n") if p.strip()]
+    first, rest = paragraphs[:1], paragraphs[1:]
+    words = sum(len(p.split()) for p in first)
+    taken: list[str] = []
+    for p in reversed(rest) if from_end else rest:
+        words += len(p.split())
+        if words > ANSWER_WORDS:
+            break
+        taken.append(p)
+    quoted = first + (taken[::-1] if from_end else taken)
+    if len(quoted) < len(paragraphs):
+        quoted.append(f"(The report's Answer section, `{ANSWER_MD}`, has {len(paragraphs) - len(quoted)} more.)")
+    return quoted
+
+
+def figure4_sentence(report: Path) -> str:
+    """Figure 4's pair at epoch 2 and at the last epoch: validation BLEU and loss, seed mean ± standard deviation
+    (run_epochs.csv), then the pair's confound verdict (confounds.csv)."""
+    (a, b), row = _figure4_runs(report)
+    per_epoch = _table(report, "run_epochs")
+    pair = per_epoch[per_epoch["run"].isin([a, b])]
+    epochs = sorted(int(e) for e in pair["epoch"].unique())
+    seeds = pair.groupby("run")["n_ok"].max().to_dict()
+
+    def at(run: str, epoch: int) -> str:
+        r = pair[(pair["run"] == run) & (pair["epoch"] == epoch)]
+        cell = (lambda m: "—" if r.empty or pd.isna(r.iloc[0][f"{m}_mean"])
+                else f"{_num(r.iloc[0][f'{m}_mean'])} ± {_num(r.iloc[0][f'{m}_std'])}")
+        return f"{cell('valid_bleu_tok')} ({cell('valid_loss_base2')})"
+
+    shown = list(dict.fromkeys([e for e in epochs if e == 2] + epochs[-1:]))
+    when = "; ".join(f"at epoch {e}, `{b}` {at(b, e)} against `{a}` {at(a, e)}" for e in shown)
+    also = row.get("also differs (confounds)")
+    also = "" if pd.isna(also) else f": besides {row['factor']} the pair differs in {also}"
+    return (f"Figure 4's pair at this scale, validation BLEU (loss in bits), seed mean ± standard deviation over "
+            f"{int(seeds.get(b, 0))} and {int(seeds.get(a, 0))} seeds: {when}. The comparison is "
+            f"{row['verdict']}{also}.")
+
+
+def convergence_sentence(report: Path, runs: list[str]) -> str:
+    """Whether each Figure 4 run had stopped improving: its validation NLL's slope at the end (convergence.csv)."""
+    conv = _table(report, "convergence").set_index("run")
+    parts = []
+    for run in runs:
+        if run not in conv.index or pd.isna(conv.loc[run, "slope"]):
+            parts.append(f"of `{run}` has fewer scored epochs than the window")
+            continue
+        r = conv.loc[run]
+        parts.append(f"of `{run}` moved {_num(100 * float(r['rel_slope']))}% an epoch over epochs {r['epochs']} "
+                     f"({_num(r['nll_first'])} to {_num(r['nll_last'])} bits: {r['label']})")
+    tol = float(conv["tolerance"].dropna().iloc[0]) if conv["tolerance"].notna().any() else math.nan
+    return (f"At the end the validation NLL {'; '.join(parts)}; converged: the slope's 95% interval within "
+            f"±{_num(100 * tol, 1)}% an epoch.")
+
+
+def plateau_sentence(report: Path, runs: list[str]) -> str:
+    """Whether each Figure 4 run had stopped improving: the convergence table's slope, or in a report with
+    plateau.csv in its place (the published CPU study) its last three epochs' spread."""
+    if (report / "tables" / "convergence.csv").is_file():
+        return convergence_sentence(report, runs)
+    plateau = _table(report, "plateau").set_index("run")
+    parts = []
+    for run in runs:
+        if run not in plateau.index or pd.isna(plateau.loc[run, "spread"]):
+            parts.append(f"of `{run}` has fewer than three scored epochs")
+            continue
+        r = plateau.loc[run]
+        verdict = "a plateau" if bool(r["plateau"]) else "not a plateau"
+        parts.append(f"of `{run}` moved {_num(100 * float(r['spread']), 1)}% over epochs {r['epochs']} "
+                     f"({_num(r['loss_first'])} to {_num(r['loss_last'])} bits: {verdict})")
+    return (f"At the end the validation loss {'; '.join(parts)}; a plateau: the last three epochs within 1% of "
+            "each other.")
+
+
+def figure_and_link(report: Path, shown_as: str, figure: str, alt: str) -> str:
+    """The headline figure as an image in the report's figures/, the scale, and the link to the report."""
+    return (f"![{alt}]({shown_as}/figures/{figure})\n\nScale: {_scale(report)}, not the paper's IWSLT14 setup. "
+            f"The full tables, figures and every deviation from the paper: [`{shown_as}/index.html`]"
+            f"({shown_as}/index.html).")
+
+
+def figure4_part(report: Path, shown_as: str, from_end: bool = False) -> list[str]:
+    """The study's part: the Answer sentences, or where the report has none Figure 4's pair at epoch 2 and at
+    the end and whether it had stopped improving; then the headline figure and the link."""
+    runs, _ = _figure4_runs(report)
+    said = answer_paragraphs(report, from_end) or [figure4_sentence(report), plateau_sentence(report, runs)]
+    return [*said, figure_and_link(report, shown_as, FIGURES["figure4"], "Figure 4's pair per epoch")]
+
+
+def endpoint_part(report: Path, shown_as: str) -> list[str]:
+    """The end point's part: as the study's, with the Answer's verdict and the sentences that end it."""
+    return figure4_part(report, shown_as, from_end=True)
+
+
+def depth_failures_sentence(report: Path) -> str:
+    """The cells with failed seeds at the last epoch, with Wilson 95% intervals (depth_rates.csv), and the
+    design's resolution."""
+    from ..sections.depth import resolution_text
+
+    rates = _table(report, "depth_rates")
+    at = rates[rates["budget"] == _budget(report)]
+    failed = [f"{r['label']} at {int(r['depth'])} layers {'with' if bool(r['warmup']) else 'without'} warm-up "
+              f"{int(r['n_failed'])} of {int(r['n_with_fate'])} [{_num(r['failure_low'])}, {_num(r['failure_high'])}]"
+              for _, r in at.iterrows() if int(r["n_with_fate"]) and int(r["n_failed"])]
+    epoch = int(at["epoch"].iloc[0]) if len(at) else 0
+    n_with = [int(n) for n in at["n_with_fate"] if int(n) > 0]
+    return (f"Failed seeds at epoch {epoch} (diverged, stopped or did not train against the best run of the same "
+            f"depth; Wilson 95% interval): {'; '.join(failed) if failed else 'none'}; every other cell none. "
+            f"Resolution: {resolution_text(n_with)}.")
+
+
+def depth_limits_sentence(report: Path) -> str:
+    """What the depth study cannot show: its epochs, depths and seeds (from its tables)."""
+    at = _table(report, "depth_rates")
+    at = at[at["budget"] == _budget(report)]
+    if at.empty:
+        return ""
+    seeds = sorted({int(n) for n in at["n_seeds"]})
+    seeds_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
+    depths = ", ".join(str(int(d)) for d in sorted(at["depth"].unique()))
+    return (f"What this cannot show: one dataset and one width, {int(at['epoch'].iloc[0])} epochs, depths {depths} "
+            f"and {seeds_text} seeds a cell; a failure is one at this learning rate and budget.")
+
+
+def depth_part(report: Path, shown_as: str) -> list[str]:
+    return [depth_failures_sentence(report), depth_limits_sentence(report),
+            figure_and_link(report, shown_as, DEPTH_FIGURES["depth"], "failure rate against depth")]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One generated part of the README: the published report it comes from and what it shows."""
+
+    name: str
+    study: str  # the study in words, for the part's line while it is not published
+    preset: str  # the preset that runs it
+    paragraphs: Callable[[Path, str], list[str]]
+
+    @property
+    def published(self) -> str:
+        """The published report's folder, as the README names it."""
+        return PUBLISHED_REPORTS[self.name]
+
+    @property
+    def not_published(self) -> str:
+        """The part's text while its published folder does not exist."""
+        return f"The {self.study} (`presets/{self.preset}.yaml`) has not been published yet.\n"
+
+    @property
+    def begin(self) -> str:
+        return (f"<!-- results:{self.name}: begin (generated by `lnrepro readme-results --part {self.name}` from "
+                "the report's tables; do not edit) -->")
+
+    @property
+    def end(self) -> str:
+        return f"<!-- results:{self.name}: end -->"
+
+
+PARTS = {p.name: p for p in (Part("study", "CPU study", "study-cpu", figure4_part),
+                             Part("endpoint", "end-point study", "endpoint-cpu", endpoint_part),
+                             Part("depth", "depth study", "depth-cpu", depth_part))}
+
+
+def results_markdown(report: Path, shown_as: str, part: str = "study") -> str:
+    """A part's body from ``report``'s tables; ``shown_as`` is the report's path as the README names it."""
+    return "\n\n".join(p for p in PARTS[part].paragraphs(Path(report), shown_as) if p) + "\n"
+
+
+def replace_section(readme_text: str, body: str, part: str = "study") -> str:
+    """``readme_text`` with the text between ``part``'s two markers replaced by ``body``."""
+    begin, end = PARTS[part].begin, PARTS[part].end
+    if begin not in readme_text or end not in readme_text:
+        raise LnReproError(f"the README has no generated results part {part!r} (the markers {begin!r} ... {end!r})")
+    head, rest = readme_text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}{end}{tail}"
+
+
+def update_readme(readme: Path, report: Path, shown_as: str, check: bool = False, part: str = "study") -> bool:
+    """Rewrite (or with ``check`` only compare) one generated part of the README; True when it was up to date.
+    The part's own published folder, while it does not exist, gives the line that says so."""
+    if (Path(report) / "tables").is_dir():
+        body = results_markdown(report, shown_as, part)
+    elif shown_as == PARTS[part].published and not Path(report).exists():
+        body = PARTS[part].not_published
+    else:
+        raise LnReproError(f"{report}: no report there (its tables/ folder is missing); a part is generated from a "
+                           "published report, the study's results/{name}/report/ copied there")
+    new = replace_section(Path(readme).read_text(encoding="utf-8"), body, part)
+    return write_generated(readme, new, check, f"{readme}: the results part {part!r} differs from {report}'s "
+                           f"tables; run `lnrepro readme-results --part {part} --report {shown_as}`")

@@ -1,0 +1,374 @@
+"""The depth study: which norm variants train at which depth, with and without warm-up (one job: the
+depth section's tables, from the aggregate and the study).
+
+A cell is a selected run: a variant (``model.norm``) at a depth (``model.encoder_layers``; the presets give the
+decoder as many) with or without warm-up. Per cell and epoch budget, over its seeds:
+
+- divergence: the seed's training stopped at a non-finite loss (or one above ``train.diverge_loss``: the
+  trainer's one divergence rule, ``RunStatus.DIVERGED``);
+- failure: the report's failure rule (``budget.seed_fates``, stated by ``budget.failure_rule``) applied among the
+  runs of the same depth, so a seed is judged against the best cell at its own depth and budget (an 18-layer
+  seed is not failed for being worse than a 6-layer one);
+- each rate with its Wilson 95% interval (statsmodels ``proportion_confint``), and the smallest difference of two
+  rates the design resolves: the smallest |k1/n1 - k2/n2| whose Newcombe 95% interval of the difference
+  (statsmodels ``confint_proportions_2indep``) excludes 0, at the design's seeds per cell.
+
+Quality at the budget and the time to quality targets are given for the seeds that trained (``fate`` trained):
+"trains" and "trains fast" are separate statements. The time to a target is each seed's epoch, update count,
+training CPU time and wall-clock interpolated between its scored checkpoints (``answer.crossing``), the targets
+fractions (``analysis.report.quality_fractions``) of the best cell's final seed-mean BLEU at the same depth.
+
+The claims of the references are directional (a difference of rates, or a rate against one half), judged by
+the claims table's status rules (``claims.status``); a question without a published answer (Pre-LN without its
+final LayerNorm: like Pre-LN or like Post-LN?) is measured and marked ``OPEN``. The confounds table lists what
+each variant changes beside the norm position (``lnrepro.norms.NormVariant.differences``).
+
+The section exists only when the selected runs have more than one depth (``Experiment.depths``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pandas as pd
+
+from ...config.settings import Experiment, ReportSettings
+from ...norms import NORMS
+from ..stats import budget as bu
+from . import claims as cl
+from .answer import MEASURES, crossing
+from ..results import SeedResults
+
+LEVEL = 0.95
+OPEN = "no published claim: measured only"
+RATE_COLUMNS = ["budget", "epoch", "run", "variant", "label", "depth", "warmup", "n_seeds", "n_with_fate",
+                "n_diverged", "divergence_rate", "divergence_low", "divergence_high", "n_failed", "failure_rate",
+                "failure_low", "failure_high", "best_run_at_depth"]
+QUALITY_COLUMNS = ["run", "variant", "depth", "warmup", "metric", "n_trained", "mean", "std", "ci_low", "ci_high"]
+TIME_COLUMNS = ["run", "variant", "depth", "warmup", "metric", "fraction", "target", "n_trained", "n_reached",
+                *MEASURES, *(f"{m}_{e}" for m in MEASURES for e in ("low", "high"))]
+TEST_COLUMNS = ["run", "seed", "depth", "epoch", "test", "bleu_tok", "sacrebleu"]
+CONFOUND_COLUMNS = ["variant", "label", "final_norm", "runs", "differences"]
+CLAIM_COLUMNS = ["id", "claim", "source", "scale", "measured_as", "measured", "ci_low", "ci_high", "n_seeds", "status",
+                 "note"]
+
+
+def depth_of(experiment: Experiment, run: str) -> int:
+    """A run's depth L: its encoder layers (the presets give the decoder as many; ``decoder_layers`` stays in
+    the run facts)."""
+    return experiment.runs[run].model.encoder_layers
+
+
+def wilson(k: int, n: int, level: float = LEVEL) -> tuple[float, float, float]:
+    """k / n with its Wilson ``level`` interval (NaN without seeds)."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    if n == 0:
+        return (math.nan,) * 3
+    lo, hi = proportion_confint(k, n, alpha=1 - level, method="wilson")
+    # statsmodels' bound for 0 of n (n of n) misses 0 (1) by a rounding error: snapped, as the rate is exact
+    return k / n, round(float(lo), 12), round(float(hi), 12)
+
+
+def rate_difference(k1: int, n1: int, k2: int, n2: int, level: float = LEVEL) -> tuple[float, float, float]:
+    """k1/n1 - k2/n2 with its Newcombe (hybrid Wilson score) ``level`` interval (NaN without seeds)."""
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    if n1 == 0 or n2 == 0:
+        return (math.nan,) * 3
+    lo, hi = confint_proportions_2indep(k1, n1, k2, n2, method="newcomb", alpha=1 - level)
+    return k1 / n1 - k2 / n2, float(lo), float(hi)
+
+
+def smallest_resolved(n1: int, n2: int, level: float = LEVEL) -> float:
+    """The smallest |k1/n1 - k2/n2| over every outcome of two cells of n1 and n2 seeds whose interval
+    (``rate_difference``) excludes 0; NaN when no outcome does."""
+    found = [abs(d) for k1 in range(n1 + 1) for k2 in range(n2 + 1)
+             for d, lo, hi in [rate_difference(k1, n1, k2, n2, level)] if lo > 0 or hi < 0]
+    return min(found) if found else math.nan
+
+
+def resolution_text(seeds: Sequence[int]) -> str:
+    """The smallest difference of two cells' rates the design resolves, in words (printed with the rates)."""
+    n = min(seeds) if seeds else 0
+    if n == 0:
+        return "no cell has a seed with a fate yet: no difference of rates is resolved"
+    d = smallest_resolved(n, n)
+    lo, hi = wilson(0, n)[1:], wilson(n, n)[1:]
+    what = (f"only a difference of {d:.2f} or more (e.g. {round(d * n)} of {n} seeds against 0 of {n})"
+            if math.isfinite(d) else "no difference at all")
+    return (f"with {n} seeds per cell, {what} has a 95% interval (Newcombe) that excludes 0; a single cell's "
+            f"Wilson 95% interval is [{lo[0]:.2f}, {lo[1]:.2f}] for 0 of {n} and [{hi[0]:.2f}, {hi[1]:.2f}] for "
+            f"{n} of {n}")
+
+
+@dataclass(frozen=True)
+class Depth:
+    """The depth section's tables (empty when the experiment has one depth)."""
+
+    depths: list[int]
+    rates: pd.DataFrame  # RATE_COLUMNS, every epoch budget
+    fates: pd.DataFrame  # budget.seed_fates per depth (FATE_COLUMNS + depth)
+    quality: pd.DataFrame  # QUALITY_COLUMNS at the last epoch, trained seeds only
+    time_to_quality: pd.DataFrame  # TIME_COLUMNS
+    test: pd.DataFrame  # TEST_COLUMNS: each seed's test row at the last epoch, or why it has none
+    claims: pd.DataFrame  # CLAIM_COLUMNS
+    confounds: pd.DataFrame  # CONFOUND_COLUMNS
+    resolution: str = ""
+    rule: str = ""
+    floor: float | None = None  # eval.valid_bleu_floor
+
+    @property
+    def shown(self) -> bool:
+        """Whether the report has a depth section: runs of more than one depth."""
+        return len(self.depths) > 1
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The CSVs of the depth section (none with one depth)."""
+        if not self.shown:
+            return {}
+        return {"depth_rates": self.rates, "depth_seed_fates": self.fates, "depth_quality": self.quality,
+                "depth_time_to_quality": self.time_to_quality, "depth_test": self.test, "depth_claims": self.claims,
+                "depth_confounds": self.confounds}
+
+
+def _cell(experiment: Experiment, run: str) -> dict[str, Any]:
+    norm = experiment.runs[run].model.norm
+    return {"run": run, "variant": norm, "label": NORMS[norm].label if norm in NORMS else norm,
+            "depth": depth_of(experiment, run), "warmup": experiment.runs[run].schedule.warmup}
+
+
+def seed_fates_by_depth(epochs: pd.DataFrame, experiment: Experiment, at: Sequence[tuple[str, int]], split: str,
+                        settings: ReportSettings) -> pd.DataFrame:
+    """``budget.seed_fates`` run among the runs of each depth: the best run is the best at the seed's own depth."""
+    parts = []
+    for depth in experiment.depths:
+        runs = [r for r in experiment.select if depth_of(experiment, r) == depth]
+        parts.append(bu.seed_fates(epochs, runs, at, split, settings).assign(depth=depth))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*bu.FATE_COLUMNS, "depth"])
+
+
+def rate_table(fates: pd.DataFrame, experiment: Experiment) -> pd.DataFrame:
+    """RATE_COLUMNS: per epoch budget and run, divergence and failure over the seeds with a fate (diverged,
+    stopped, did not train, trained), each with its Wilson 95% interval."""
+    rows = []
+    for (budget, epoch), at in fates.groupby(["budget", "epoch"], sort=False):
+        for run in experiment.select:
+            g = at[at["run"] == run]
+            fate = g["fate"]
+            n_div = int((fate == bu.DIVERGED).sum())
+            n_failed = int(fate.isin([*bu.FAILED, bu.DID_NOT_TRAIN]).sum())
+            n = n_failed + int((fate == bu.TRAINED).sum())
+            div, fail = wilson(n_div, n), wilson(n_failed, n)
+            best = g["best_bleu_run"].iloc[0] if len(g) else ""
+            rows.append({"budget": budget, "epoch": int(epoch), **_cell(experiment, run), "n_seeds": len(g),
+                         "n_with_fate": n, "n_diverged": n_div, "divergence_rate": div[0], "divergence_low": div[1],
+                         "divergence_high": div[2], "n_failed": n_failed, "failure_rate": fail[0],
+                         "failure_low": fail[1], "failure_high": fail[2], "best_run_at_depth": best})
+    return pd.DataFrame(rows, columns=RATE_COLUMNS)
+
+
+def _trained(fates: pd.DataFrame, budget: str) -> pd.DataFrame:
+    return fates[(fates["budget"] == budget) & (fates["fate"] == bu.TRAINED)][["run", "seed"]]
+
+
+def quality_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experiment, budget: str, epoch: int,
+                  metrics: Sequence[str]) -> pd.DataFrame:
+    """QUALITY_COLUMNS: per run and metric at ``epoch``, the mean over the seeds that trained (fate at
+    ``budget``) with its 95% interval (a BLEU's on the logit scale: ``budget.mean_interval``)."""
+    trained = _trained(fates, budget).merge(epochs[epochs["epoch"] == epoch], on=["run", "seed"])
+    rows = []
+    for run in experiment.select:
+        g = trained[trained["run"] == run]
+        for metric in metrics:
+            values = g[metric].dropna().astype(float).tolist() if metric in g else []
+            mean, sd, lo, hi = bu.mean_interval(values, bounds=bu.BLEU_BOUNDS if bu.is_bleu(metric) else None)
+            cell = _cell(experiment, run)
+            rows.append({**{k: cell[k] for k in ("run", "variant", "depth", "warmup")}, "metric": metric,
+                         "n_trained": len(values), "mean": mean, "std": sd, "ci_low": lo, "ci_high": hi})
+    return pd.DataFrame(rows, columns=QUALITY_COLUMNS)
+
+
+def time_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experiment, budget: str, epoch: int,
+               metric: str, fractions: Sequence[float]) -> pd.DataFrame:
+    """TIME_COLUMNS: per run and target (each of ``fractions`` of the best run's final seed-mean ``metric`` at the
+    same depth, among the seeds that trained), the epochs, updates, training CPU time and wall-clock each trained seed
+    needs (``answer.crossing``), the mean over the seeds that reach it with its 95% t interval."""
+    trained = _trained(fates, budget).merge(epochs, on=["run", "seed"])
+    trained = trained[(trained["status"] == bu.OK) & trained[metric].notna()]
+    rows = []
+    for depth in experiment.depths:
+        runs = [r for r in experiment.select if depth_of(experiment, r) == depth]
+        final = trained[trained["run"].isin(runs) & (trained["epoch"] == epoch)].groupby("run")[metric].mean()
+        if final.empty:
+            continue
+        best = float(final.max())
+        for run in runs:
+            curves = {s: c.sort_values("epoch") for s, c in trained[trained["run"] == run].groupby("seed")}
+            cell = _cell(experiment, run)
+            for fraction in fractions:
+                hits = [crossing(c, metric, fraction * best, True)[0] for c in curves.values()]
+                reached = [h for h in hits if not math.isnan(h["epochs"])]
+                row = {**{k: cell[k] for k in ("run", "variant", "depth", "warmup")}, "metric": metric,
+                       "fraction": fraction, "target": fraction * best, "n_trained": len(curves),
+                       "n_reached": len(reached)}
+                for m in MEASURES:
+                    mean, _, lo, hi = bu.mean_interval([h[m] for h in reached])
+                    row.update({m: mean, f"{m}_low": lo, f"{m}_high": hi})
+                rows.append(row)
+    return pd.DataFrame(rows, columns=TIME_COLUMNS)
+
+
+def test_rows(seeds: Sequence[SeedResults], experiment: Experiment, split: str = "test") -> pd.DataFrame:
+    """TEST_COLUMNS: each seed's ``split`` scores at the last epoch, or why it has none: the reason its score
+    file records (``skipped``: below ``eval.valid_bleu_floor``), the checkpoint's status, or missing. The last
+    epoch is each run's own."""
+    rows = []
+    for sr in seeds:
+        if sr.run not in experiment.runs:
+            continue
+        last = experiment.last_of(sr.run)
+        rec = sr.scores.get(last)
+        scores = None if rec is None else rec.splits.get(split)
+        if rec is None:
+            why = "missing"
+        elif rec.skipped and split in rec.skipped:
+            why = rec.skipped[split]
+        elif scores is None:
+            why = rec.status.value
+        else:
+            why = "scored"
+        rows.append({"run": sr.run, "seed": sr.seed, "depth": depth_of(experiment, sr.run), "epoch": last,
+                     "test": why, "bleu_tok": scores.bleu_tok if scores else math.nan,
+                     "sacrebleu": scores.sacrebleu if scores else math.nan})
+    return pd.DataFrame(rows, columns=TEST_COLUMNS)
+
+
+def confound_table(experiment: Experiment) -> pd.DataFrame:
+    """CONFOUND_COLUMNS: per selected variant, what it changes beside the norm position (the registry's
+    differences; the paper's Post-LN and Pre-LN change nothing else), and its runs."""
+    rows = []
+    for norm in dict.fromkeys(experiment.runs[r].model.norm for r in experiment.select):
+        v = NORMS[norm]
+        runs = [r for r in experiment.select if experiment.runs[r].model.norm == norm]
+        rows.append({"variant": norm, "label": v.label, "final_norm": v.final_norm, "runs": " ".join(runs),
+                     "differences": "; ".join(f"{d.kind}: {d.what}" for d in v.differences)
+                     or "nothing beside the norm position"})
+    return pd.DataFrame(rows, columns=CONFOUND_COLUMNS)
+
+
+# --- the claims of the references, each directional: (id, claim, source, scale, what is measured)
+
+SCALE_WMT = "WMT En-De/En-Fr, width 512-1024, 6-18 (Liu et al.) up to 100+ layers"
+# A rate claim: the runs' cell (variant, warmup, depth) and the side of the claimed direction; "than" another
+# cell (a difference of rates) or one half (the cell fails in most seeds / in few).
+DEPTH_CLAIMS: tuple[dict[str, Any], ...] = (
+    {"id": "depth_postln_nowarmup", "claim": "Post-LN without warm-up fails more often at 18 layers than at 6",
+     "source": "Liu et al. 2020 (arXiv 2004.08249), Table 1; Takase et al. 2023 (arXiv 2206.00330), Figure 1",
+     "scale": SCALE_WMT, "cell": ("post", False, "deep"), "than": ("post", False, "shallow"), "side": 1},
+    *({"id": f"depth_{norm}_warmup", "claim": f"{NORMS[norm].label} with warm-up does not fail at 18 layers "
+       "(its failure rate is below one half)", "source": source, "scale": SCALE_WMT,
+       "cell": (norm, True, "deep"), "than": 0.5, "side": -1}
+      for norm, source in (("pre", "Liu et al. 2020 (arXiv 2004.08249), Table 1 (18-layer Pre-LN)"),
+                           ("deepnorm", "Wang et al. 2022 (arXiv 2203.00555), up to 1,000 layers"),
+                           ("admin", "Liu et al. 2020 (arXiv 2004.08249), Table 1 (18 layers) and 60-layer encoders"))),
+    {"id": "depth_rezero_nowarmup", "claim": "ReZero trains without warm-up at 18 layers (its failure rate is "
+     "below one half)", "source": "Bachlechner et al. 2020 (arXiv 2003.04887), 100+ layers without LayerNorm or "
+     "warm-up", "scale": "enwik8 language modelling, up to 128 layers", "cell": ("rezero", False, "deep"),
+     "than": 0.5, "side": -1},
+    *({"id": f"depth_prenofinal_vs_{base}", "claim": f"Pre-LN without its final LayerNorm against {NORMS[base].label}"
+       ", without warm-up at 18 layers (failure rate difference)", "source": "no published number",
+       "scale": "", "cell": ("pre_nofinal", False, "deep"), "than": (base, False, "deep"), "side": 0}
+      for base in ("pre", "post")),
+)
+
+
+def _cell_rate(rates: pd.DataFrame, norm: str, warmup: bool, depth: int) -> tuple[int, int, list[str]]:
+    """(failed, seeds with a fate, runs) of the cells of ``norm``, ``warmup`` at ``depth`` (pooled when several
+    runs are that cell: e.g. another learning rate; a claim is about all of them)."""
+    g = rates[(rates["variant"] == norm) & (rates["warmup"] == warmup) & (rates["depth"] == depth)]
+    return int(g["n_failed"].sum()), int(g["n_with_fate"].sum()), g["run"].tolist()
+
+
+def claim_table(rates: pd.DataFrame, last: str, gradinit_fit: pd.DataFrame | None, levels: list[int]) -> pd.DataFrame:
+    """CLAIM_COLUMNS: each of DEPTH_CLAIMS at the last-epoch budget ``last`` between the shallowest and deepest
+    of ``levels``, judged by ``claims.status`` (a directional claim: the 95% interval on the claimed side of 0),
+    plus Pre-LN without its final LayerNorm's exponent b at initialization against Pre-LN's and Post-LN's."""
+    at = rates[rates["budget"] == last]
+    pick = {"shallow": levels[0], "deep": levels[-1]}
+    rows = []
+    for c in DEPTH_CLAIMS:
+        norm, warmup, which = c["cell"]
+        k, n, runs = _cell_rate(at, norm, warmup, pick[which])
+        if isinstance(c["than"], tuple):
+            n2, w2, which2 = c["than"]
+            k2, m, runs2 = _cell_rate(at, n2, w2, pick[which2])
+            value, lo, hi = rate_difference(k, n, k2, m)
+            measured_as = (f"failure rate of {' '.join(runs) or 'no run'} ({k}/{n}) minus that of "
+                           f"{' '.join(runs2) or 'no run'} ({k2}/{m}), Newcombe 95% interval")
+            seeds = f"{n}/{m}"
+        else:
+            rate, rlo, rhi = wilson(k, n)
+            value, lo, hi = rate - c["than"], rlo - c["than"], rhi - c["than"]
+            measured_as = (f"failure rate of {' '.join(runs) or 'no run'} ({k}/{n}) minus {c['than']:g}, Wilson "
+                           "95% interval")
+            seeds = str(n)
+        m_ = cl.Measured(value=value, ci_low=lo, ci_high=hi, n_seeds=n, measured_as=measured_as)
+        status = OPEN if c["side"] == 0 else cl.status({"kind": "directional", "side": c["side"]}, m_)
+        note = "" if runs else f"no selected run is this cell at {pick[which]} layers"
+        rows.append({"id": c["id"], "claim": c["claim"], "source": c["source"], "scale": c["scale"],
+                     "measured_as": measured_as, "measured": value, "ci_low": lo, "ci_high": hi, "n_seeds": seeds,
+                     "status": status, "note": note})
+    rows += _exponent_rows(gradinit_fit)
+    return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def _exponent_rows(fit: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """Pre-LN without its final LayerNorm at initialization: its exponent b of the last decoder layer's W2
+    against depth (Figure 3(c)'s fit), beside Pre-LN's and Post-LN's, measured only."""
+    from ..stats.gradinit_fit import headline
+
+    if fit is None:
+        return []
+    top = headline(fit).set_index("norm")
+    if "pre_nofinal" not in top.index:
+        return []
+    r = top.loc["pre_nofinal"]
+    others = "; ".join(f"{NORMS[n].label} b = {top.loc[n, 'b']:.3f} [{top.loc[n, 'b_low']:.3f}, "
+                       f"{top.loc[n, 'b_high']:.3f}]" for n in ("pre", "post") if n in top.index)
+    return [{"id": "depth_prenofinal_gradinit", "claim": "Pre-LN without its final LayerNorm at initialization: "
+             "its last decoder layer's W2 gradient against depth, like Pre-LN's (b = -0.5) or Post-LN's (b = 0)?",
+             "source": "no published number; Theorem 1 for Pre-LN and Post-LN", "scale": "",
+             "measured_as": f"exponent b of the fit over depths ({r['depths']}); {others}", "measured": r["b"],
+             "ci_low": r["b_low"], "ci_high": r["b_high"], "n_seeds": str(r["seeds"]), "status": OPEN, "note": ""}]
+
+
+def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experiment,
+          epoch_budgets: Sequence[tuple[str, int]], split: str, gradinit_fit: pd.DataFrame | None = None) -> Depth:
+    """The depth section's tables at ``epoch_budgets`` ((label, epoch), the last first), on ``split``."""
+    levels = list(experiment.depths)
+    if len(levels) < 2:
+        empty = pd.DataFrame()
+        return Depth(levels, empty, empty, empty, empty, empty, empty, empty)
+    settings = experiment.analysis.report
+    fates = seed_fates_by_depth(epochs, experiment, epoch_budgets, split, settings)
+    rates = rate_table(fates, experiment)
+    last, last_epoch = epoch_budgets[0]
+    metrics = [f"{split}_bleu_tok", f"{split}_nll_base2", *(["test_bleu_tok"] if "test_bleu_tok" in epochs else [])]
+    n_with = rates[rates["budget"] == last]["n_with_fate"].tolist()
+    return Depth(
+        depths=levels, rates=rates, fates=fates,
+        quality=quality_table(epochs, fates, experiment, last, last_epoch, metrics),
+        time_to_quality=time_table(epochs, fates, experiment, last, last_epoch, f"{split}_bleu_tok",
+                                   settings.quality_fractions),
+        test=test_rows(seeds, experiment), claims=claim_table(rates, last, gradinit_fit, levels),
+        confounds=confound_table(experiment), resolution=resolution_text([n for n in n_with if n > 0]),
+        rule=bu.failure_rule(settings) + "; here the best run is taken among the runs of the seed's own depth",
+        floor=experiment.eval.valid_bleu_floor)
+
+
+__all__ = ["Depth", "depth", "depth_of", "wilson", "rate_difference", "smallest_resolved",
+           "resolution_text", "seed_fates_by_depth", "rate_table", "quality_table", "time_table", "test_rows",
+           "confound_table", "claim_table", "DEPTH_CLAIMS", "OPEN"]
