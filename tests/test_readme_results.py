@@ -45,14 +45,15 @@ def test_readme_results_match_the_published_report(part: str) -> None:
 
 
 def test_the_study_part_states_its_edition() -> None:
-    """The published study's part is labelled as the first edition with the settings it ran with, and the
-    README's study part leads with Figure 4's pair and links the report's headline figure and page."""
+    """The published study's part is labelled as the second edition with the settings and code it ran with, and
+    the README's study part leads with the Answer and links the report's headline figure and page."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
     before = text.split(STUDY.begin, 1)[0]
-    label = before[before.index("**First edition of the CPU study**"):]
-    for fact in ("98ac858", "bf16 training", "200", "before the Answer section", "cannot be re-analysed"):
+    label = before[before.index("**The CPU study, second edition**"):]
+    for fact in ("c75dae4", "fp32", "published/study-cpu/", "first edition"):
         assert fact in label, fact
     body = _section(text)
+    assert body.startswith("Whether Pre-LN without warm-up trains faster than Post-LN with warm-up"), body
     assert f"![Figure 4's pair per epoch]({STUDY.published}/figures/figure4_vs_epoch.png)" in body
     assert f"({STUDY.published}/index.html)" in body
 

@@ -26,9 +26,8 @@ ANSWER_MD = "answer.md"  # the report's Answer sentences, in results/{exp}/repor
 NAME_ROOM = len(".seed") + 10 + len("_valid_test") + len(".log")
 MAX_NAME = 255 - NAME_ROOM
 # The published reports (folders no rule writes), by the README's Results part that quotes each
-# (lnrepro.analysis.render.readme_results.PARTS): a study's store keeps its report in report/ (lnrepro.store); the CPU
-# study's first edition, whose records were not kept, is a report alone.
-PUBLISHED_REPORTS = {"study": "published/study-cpu-first-edition", "endpoint": "published/endpoint-cpu/report",
+# (lnrepro.analysis.render.readme_results.PARTS): a study's store keeps its report in report/ (lnrepro.store).
+PUBLISHED_REPORTS = {"study": "published/study-cpu/report", "endpoint": "published/endpoint-cpu/report",
                      "depth": "published/depth-cpu/report"}
 # A study's store (lnrepro.store): its records, laid out as results/{exp}/ is, plus these two files.
 STORE_INDEX = "store.json"  # what the store holds: study-level digests and each unit's files (written last)
