@@ -650,6 +650,7 @@ def test_report_with_gradinit_and_partial_tree(tmp_path):
     shutil.rmtree(exp_dir / "runs" / "preln_warmup_isqrt")
     experiment = json.loads((exp_dir / "experiment.json").read_text())
     experiment["analysis"]["gradinit"]["depths"] = [2, 3]  # what the tables measure (the report checks them whole)
+    experiment["analysis"]["gradinit"]["norms"] = ["post", "pre"]
     (exp_dir / "experiment.json").write_text(json.dumps(experiment))
     gi = pd.DataFrame(_gradinit_rows())
     (exp_dir / "analysis").mkdir()
