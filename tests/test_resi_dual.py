@@ -6,9 +6,7 @@ seed; the description; the training loop with a bitwise resume; gradinit."""
 
 from __future__ import annotations
 
-import json
 
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -19,7 +17,7 @@ from lnrepro.model.variants.resi_dual import ResiDual, ResiDualStream
 from lnrepro.norms import norm_variant
 from lnrepro.train.loss import label_smoothed_nll_loss
 from lnrepro.vocab import PAD
-from variant_models import TINY, VOCAB, gradinit_measures, tiny_model
+from variant_models import TINY, VOCAB, gradinit_measures, tiny_model, trains_and_resumes_bitwise
 
 torch.set_num_threads(1)
 
@@ -145,49 +143,8 @@ def test_incremental_decoding_is_the_full_decode():
 # ---- training loop, resume, gradinit --------------------------------------------------------------------------
 
 
-def resi_dual_config(path):
-    from test_train import write_config
-
-    config = write_config(path, max_tokens=128, checkpoint_every=2, epochs=2)
-    cfg = json.loads(config.read_text())
-    cfg["model"]["norm"] = "resi_dual"
-    config.write_text(json.dumps(cfg))
-    return config
-
-
 def test_trains_through_the_loop_and_resumes_bitwise(tmp_path, monkeypatch):
-    from lnrepro.train import loop
-    from test_train import assert_same_weights
-
-    bpe = fake_bpe(tmp_path / "bpe", vocab=VOCAB, n=64)
-    config = resi_dual_config(tmp_path / "config.json")
-    reference = tmp_path / "reference"
-    loop.train_run(reference, config, bpe, threads=1)
-    summary = json.loads((reference / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["updates"] > 4
-
-    class Stop(Exception):
-        pass
-
-    save = loop._Trainer._save_last
-    saves: list[int] = []
-
-    def save_then_stop(self):
-        save(self)
-        saves.append(self.update)
-        if len(saves) == 2:  # killed after its second checkpoint (mid-epoch: every 2 updates)
-            raise Stop
-
-    run = tmp_path / "run"
-    monkeypatch.setattr(loop._Trainer, "_save_last", save_then_stop)
-    with pytest.raises(Stop):
-        loop.train_run(run, config, bpe, threads=1)
-    monkeypatch.setattr(loop._Trainer, "_save_last", save)
-    loop.train_run(run, config, bpe, threads=1)
-    resumed = json.loads((run / "summary.json").read_text())
-    assert resumed["attempts"] == 2 and resumed["updates"] == summary["updates"]
-    assert resumed["final_loss"] == summary["final_loss"]
-    assert_same_weights(reference, run, epochs=2)
+    trains_and_resumes_bitwise("resi_dual", fake_bpe(tmp_path / "bpe", vocab=VOCAB, n=64), tmp_path, monkeypatch)
 
 
 def test_gradinit_measures_it_where_listed(tmp_path):
