@@ -6,7 +6,6 @@ seed; the description; the training loop with a bitwise resume; gradinit."""
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
