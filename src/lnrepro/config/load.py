@@ -1,7 +1,7 @@
 """Loading the configuration: merge the YAML layers, validate once, resolve runs into typed settings.
 
 Validation is two steps run together, once, when the config is loaded (by the Snakefile or the CLI): the JSON
-schema (``workflow/schemas/config.schema.yaml``, with the norm variants filled in from ``lnrepro.norms`` and the
+schema (``lnrepro/config/config.schema.yaml``, with the norm variants filled in from ``lnrepro.norms`` and the
 optimizers from ``lnrepro.optimizers``) and ``check_semantics`` for what a schema cannot say (cross-references,
 a decay epoch within the run's training, a width the heads divide, grid references, names and extensions (each
 among its grid's values), an after-warm-up run with warm-up, an earlier budget before the shortest run's last
@@ -47,7 +47,7 @@ from .settings import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")  # package data: a plain install validates too
 
 # Where the data comes from, not what it is: changing these must not rerun preparation or training.
 LOCATION_KEYS = frozenset({"urls", "url_base", "archive", "mirror", "check_counts"})
