@@ -172,8 +172,8 @@ def test_failure_judged_against_a_named_reference():
 
 def test_failure_rule_on_the_published_study():
     """At epoch 10 of the published CPU study every seed of the two Post-LN cells without warm-up did
-    not train (0.0-4.8 BLEU) and every other seed trained (21.5-32.4)."""
-    tables = Path(__file__).resolve().parents[1] / "published" / "study-cpu-first-edition" / "tables"
+    not train (0.0-5.3 BLEU) and every other seed, tuned trials included, trained (21.8-32.7)."""
+    tables = Path(__file__).resolve().parents[1] / "published" / "study-cpu" / "report" / "tables"
     if not (tables / "epochs.csv").is_file():
         pytest.skip("the study is not published")
     e = pd.read_csv(tables / "epochs.csv")
@@ -181,7 +181,7 @@ def test_failure_rule_on_the_published_study():
     fates = bu.seed_fates(e, runs, [("epoch 10", 10)], "valid", ReportSettings())
     failed = fates["run"].isin(["postln_nowarmup_isqrt", "postln_nowarmup_step8"])
     assert (fates.loc[failed, "fate"] == bu.DID_NOT_TRAIN).all() and failed.sum() == 6
-    assert (fates.loc[~failed, "fate"] == bu.TRAINED).all()
+    assert (fates.loc[~failed, "fate"] == bu.TRAINED).all() and (~failed).sum() == 22
 
 
 def test_budget_table_states_updates_and_tokens():
