@@ -14,14 +14,10 @@ def test_every_data_file_of_the_package_is_package_data() -> None:
     data_files = [p for p in (SRC / "lnrepro").rglob("*")
                   if p.is_file() and p.suffix not in {".py", ".pyc"} and "__pycache__" not in p.parts]
     assert any(p.name == "config.schema.yaml" for p in data_files)
-    missing = []
-    for path in data_files:
-        rel = path.relative_to(SRC).as_posix()
-        shipped = any(rel.startswith(package.replace(".", "/") + "/")
-                      and _matches(rel.removeprefix(package.replace(".", "/") + "/"), patterns)
-                      for package, patterns in package_data.items())
-        if not shipped:
-            missing.append(rel)
+    folders = {package.replace(".", "/") + "/": patterns for package, patterns in package_data.items()}
+    missing = [rel for rel in (p.relative_to(SRC).as_posix() for p in data_files)
+               if not any(rel.startswith(folder) and _matches(rel.removeprefix(folder), patterns)
+                          for folder, patterns in folders.items())]
     assert missing == []
 
 
