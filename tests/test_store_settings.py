@@ -66,9 +66,18 @@ def test_a_later_part_resolves_to_the_stored_slices_and_is_accepted(store: Path,
 
 
 def test_publish_status_plans_the_missing_units(store: Path, capsys):
+    """The complete store plans nothing; with one unit taken out of its index, the plan names that unit and the
+    store's study.yaml."""
+    assert cli.main(["publish", "--status", str(store)]) in (0, None)
+    assert "complete: every unit is stored" in capsys.readouterr().out
+    index = read_json(store / "store.json")
+    key = sorted(index["units"])[0]
+    del index["units"][key]
+    (store / "store.json").write_text(json_text(index), encoding="utf-8")
     assert cli.main(["publish", "--status", str(store)]) in (0, None)
     out = capsys.readouterr().out
-    assert f"--configfile {store / STORE_CONFIG}" in out and "missing:" in out
+    run, seed = key.split("/seed")
+    assert f"--configfile {store / STORE_CONFIG}" in out and f"missing: {run} seed {seed} (" in out
 
 
 def test_the_report_reads_the_store_with_its_gradinit_tables(store: Path):
