@@ -17,8 +17,8 @@ from lnrepro.config import experiment, load_config
 from lnrepro.config.settings import GRADINIT_NORMS, Experiment
 from lnrepro.errors import LnReproError
 from lnrepro.io import json_text, read_json
-from lnrepro.paths import EXPERIMENT_JSON, STORE_CONFIG
-from lnrepro.store import Index, Outcome, _check_study, _slices
+from lnrepro.paths import EXPERIMENT_JSON, STORE_CONFIG, STORE_INDEX
+from lnrepro.store import Index, Outcome, _check_study, _slices, units_of
 
 STORE = REPO / "published" / "study-cpu"
 pytestmark = pytest.mark.skipif(not (STORE / "store.json").exists(), reason="no published CPU study store")
@@ -70,14 +70,13 @@ def test_publish_status_plans_the_missing_units(store: Path, capsys):
     store's study.yaml."""
     assert cli.main(["publish", "--status", str(store)]) in (0, None)
     assert "complete: every unit is stored" in capsys.readouterr().out
-    index = read_json(store / "store.json")
-    key = sorted(index["units"])[0]
-    del index["units"][key]
-    (store / "store.json").write_text(json_text(index), encoding="utf-8")
+    index = Index.read(store)
+    unit = units_of(Experiment.read(store / EXPERIMENT_JSON))[0]
+    del index.units[unit.key]
+    (store / STORE_INDEX).write_text(index.text(), encoding="utf-8")
     assert cli.main(["publish", "--status", str(store)]) in (0, None)
     out = capsys.readouterr().out
-    run, seed = key.split("/seed")
-    assert f"--configfile {store / STORE_CONFIG}" in out and f"missing: {run} seed {seed} (" in out
+    assert f"--configfile {store / STORE_CONFIG}" in out and f"missing: {unit} (" in out
 
 
 def test_the_report_reads_the_store_with_its_gradinit_tables(store: Path):
