@@ -129,11 +129,11 @@ def test_sentences_state_the_resolution_first():
     assert len(words) == 2 * len(t)
     first, second = words[:2]
     r = t.iloc[0]
-    assert first.startswith(f"Resolution of the validation BLEU test at epoch {E}: 5 seeds of {PRE} and 5 seeds of "
-                            f"{POST}, a pooled seed standard deviation of {sig(r['pooled_sd'])} BLEU")
+    assert first.startswith(f"Resolution of the validation BLEU test at epoch {E}: 5 seeds of Pre-LN and 5 seeds of "
+                            f"Post-LN, a pooled seed standard deviation of {sig(r['pooled_sd'])} BLEU")
     assert f"true difference under {sig(r['largest_equivalent'])} BLEU" in first
     assert "analysis.report.equivalence_margins.bleu_tok" in first
-    assert second.startswith(f"Validation BLEU at epoch {E}, Pre-LN minus Post-LN ({PRE} - {POST}): +0.1 BLEU")
+    assert second.startswith(f"Validation BLEU at epoch {E}, Pre-LN minus Post-LN: +0.1 BLEU")
     assert "so equivalent" in second
     coarse = table(epochs_table(30.0, spread=4.0)).reset_index()
     assert "no true difference can be established as equivalent (none)" in eq.sentences(coarse)[0]

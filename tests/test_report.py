@@ -388,7 +388,7 @@ def test_equivalence_tested_and_failure_reference_printed(tmp_path):
     assert bleu_row["verdict"] == "undetermined with these seeds"  # 2 seeds: the 95% interval includes 0
     assert bleu_row["largest_equivalent"] == "none"  # the 90% half-width with two seeds a side exceeds 1 BLEU
     md = (exp_dir / "report" / "answer.md").read_text(encoding="utf-8")
-    assert "Resolution of the validation BLEU test at epoch 3: 2 seeds of preln_nowarmup_step8" in md
+    assert "Resolution of the validation BLEU test at epoch 3: 2 seeds of Pre-LN and 2 seeds of Post-LN" in md
     assert md.index("Resolution of the validation BLEU") < md.index("Validation BLEU at epoch 3, Pre-LN minus Post-LN")
     fates = pd.read_csv(tables / "seed_fates.csv", keep_default_na=False)
     judged = fates[fates["run"] == "postln_nowarmup_isqrt"]

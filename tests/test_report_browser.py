@@ -43,9 +43,11 @@ addEventListener("load", () => {
     order: [...document.querySelectorAll("h1, p.summary, h2, img, a[href='#answer']")].map(e =>
       e.tagName === "IMG" ? "img " + e.getAttribute("src") : e.tagName === "A" ? "contents"
       : e.className === "summary" ? "summary" : e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")),
-    // where the summary and the Answer's figure end, in the page's pixels at the window's width
+    // where the summary and the Answer's headline end and where its figure starts, in the page's pixels at
+    // the window's width
     screen: {width: innerWidth, summary: document.querySelector("p.summary").getBoundingClientRect().bottom,
-             figure: document.querySelector("#answer ~ figure img").getBoundingClientRect().bottom},
+             answer: document.querySelector("#answer ~ p.finding").getBoundingClientRect().bottom,
+             figure: document.querySelector("#answer ~ figure img").getBoundingClientRect().top},
     errors: lnreproErrors});
   document.body.append(out);
 });
@@ -122,14 +124,14 @@ def probe_page(chromium: str, url: str, profile: Path) -> tuple[dict, str]:
 
 def assert_reads_as_results(probe: dict) -> None:
     """The title, the summary and the table of contents, then the Answer with its figure; the questions before the
-    appendix; the summary and the Answer's figure whole on the first screen."""
+    appendix; the summary and the Answer's headline whole on the first screen, its figure starting there."""
     assert probe["order"][:5] == ["h1", "summary", "contents", "h2#answer", f"img figures/{FIGURES['answer']}"]
     headings = [x for x in probe["order"] if x.startswith("h2#")]
     assert headings.index("h2#figure4") < headings.index("h2#effects") < headings.index("h2#claims")
     assert headings[-1] == "h2#files"
     screen = probe["screen"]  # headless Chromium's window is FIRST_SCREEN wide; its height is not the page's
     assert screen["width"] == FIRST_SCREEN[0]
-    assert screen["summary"] <= FIRST_SCREEN[1] and screen["figure"] <= FIRST_SCREEN[1], screen
+    assert screen["summary"] <= screen["answer"] <= screen["figure"] < FIRST_SCREEN[1], screen
 
 
 def test_report_opens_in_chromium_with_every_image(chromium: str, demo_run: DemoRun, served: str,

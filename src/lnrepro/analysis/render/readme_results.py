@@ -4,8 +4,8 @@ The README has one part per published study (``PARTS``): the factorial study (``
 Figure 4's pair (``endpoint``) and the depth study (``depth``), each between its own two markers and each a few
 sentences, the headline figure and a link to the report, which holds the full tables. ``lnrepro readme-results
 --part endpoint --report published/endpoint-cpu`` rewrites one part from that report's CSV tables (tables/*.csv,
-docs/outputs.md), or with its Answer sentences (answer.md) where the report has them; a part whose published
-folder does not exist yet says so. ``--check`` only compares and fails when the README differs
+docs/outputs.md), or with its Answer's headline (answer.md's first paragraph) where the report has it; a part
+whose published folder does not exist yet says so. ``--check`` only compares and fails when the README differs
 (tests/test_readme_results.py runs it on each part). Every number in a part is a cell of one of those tables or
 a sentence of answer.md, formatted, never recomputed (the depth part's resolution sentence is
 ``depth.resolution_text`` of the rate table's seed counts: arithmetic of the design, not of the results).
@@ -26,7 +26,6 @@ from ...paths import ANSWER_MD, PUBLISHED_REPORTS
 from .. import DEPTH_FIGURES, FIGURES
 
 FIGURE4 = "figure4"  # the comparison whose runs are the paper's Figure 4 (config.yaml, comparisons)
-ANSWER_WORDS = 200  # the README quotes answer.md's paragraphs up to about this many words; the report has them all
 
 
 def _table(report: Path, name: str) -> pd.DataFrame:
@@ -65,28 +64,16 @@ def _figure4_runs(report: Path) -> tuple[list[str], pd.Series]:
     return [r.strip() for r in str(row["runs"]).split(",")], row
 
 
-def answer_paragraphs(report: Path, from_end: bool = False) -> list[str]:
-    """The report's Answer sentences (answer.md's paragraphs below its heading, in its order): the first (the
-    verdict), then those that follow it, or with ``from_end`` those that end it (the end point's: its slope, sign
-    and equivalence tests), up to about ``ANSWER_WORDS`` words in all; none for a report written before
-    answer.md."""
+def answer_paragraphs(report: Path) -> list[str]:
+    """The report's Answer (answer.md's first paragraph below its heading: the headline a researcher quotes), then
+    a line saying how many more paragraphs the report has; none for a report written before answer.md."""
     path = report / ANSWER_MD
     if not path.is_file():
         return []
     body = path.read_text(encoding="utf-8").partition("\n")[2].strip()
     paragraphs = [p.strip() for p in body.split("\n\n") if p.strip()]
-    first, rest = paragraphs[:1], paragraphs[1:]
-    words = sum(len(p.split()) for p in first)
-    taken: list[str] = []
-    for p in reversed(rest) if from_end else rest:
-        words += len(p.split())
-        if words > ANSWER_WORDS:
-            break
-        taken.append(p)
-    quoted = first + (taken[::-1] if from_end else taken)
-    if len(quoted) < len(paragraphs):
-        quoted.append(f"(The report's Answer section, `{ANSWER_MD}`, has {len(paragraphs) - len(quoted)} more.)")
-    return quoted
+    more = len(paragraphs) - 1
+    return [*paragraphs[:1], *([f"(The report's Answer section, `{ANSWER_MD}`, has {more} more.)"] if more else [])]
 
 
 def figure4_sentence(report: Path) -> str:
@@ -155,17 +142,13 @@ def figure_and_link(report: Path, shown_as: str, figure: str, alt: str) -> str:
             f"({shown_as}/index.html).")
 
 
-def figure4_part(report: Path, shown_as: str, from_end: bool = False) -> list[str]:
-    """The study's part: the Answer sentences, or where the report has none Figure 4's pair at epoch 2 and at
-    the end and whether it had stopped improving; then the headline figure and the link."""
+def figure4_part(report: Path, shown_as: str) -> list[str]:
+    """A Figure 4 study's part (the factorial study's and the end point's): the Answer's headline, or where the
+    report has none Figure 4's pair at epoch 2 and at the end and whether it had stopped improving; then the
+    headline figure and the link."""
     runs, _ = _figure4_runs(report)
-    said = answer_paragraphs(report, from_end) or [figure4_sentence(report), plateau_sentence(report, runs)]
+    said = answer_paragraphs(report) or [figure4_sentence(report), plateau_sentence(report, runs)]
     return [*said, figure_and_link(report, shown_as, FIGURES["figure4"], "Figure 4's pair per epoch")]
-
-
-def endpoint_part(report: Path, shown_as: str) -> list[str]:
-    """The end point's part: as the study's, with the Answer's verdict and the sentences that end it."""
-    return figure4_part(report, shown_as, from_end=True)
 
 
 def depth_failures_sentence(report: Path) -> str:
@@ -233,7 +216,7 @@ class Part:
 
 
 PARTS = {p.name: p for p in (Part("study", "CPU study", "study-cpu", figure4_part),
-                             Part("endpoint", "end-point study", "endpoint-cpu", endpoint_part),
+                             Part("endpoint", "end-point study", "endpoint-cpu", figure4_part),
                              Part("depth", "depth study", "depth-cpu", depth_part))}
 
 

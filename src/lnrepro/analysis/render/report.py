@@ -42,6 +42,7 @@ from .. import aggregate as ag
 from ..stats import budget as bu
 from ..sections import findings as fi
 from ..sections import answer as an
+from ..sections import headline as hl
 from ..stats import equivalence as eq
 from ..sections import tuned as tu
 from . import views as vw
@@ -125,19 +126,19 @@ def answer_markdown(data: ReportData) -> str:
     """answer.md: the Answer section's sentences as Markdown paragraphs under a one-line heading (the README's
     generated results lead with them: ``readme_results``)."""
     answer, end_point = answer_sentences(data)
-    return "\n\n".join([f"# The answer: {data.experiment.name}", *answer, *end_point]) + "\n"
+    lead = " ".join(hl.headline(data))
+    return "\n\n".join([f"# The answer: {data.experiment.name}", *([lead] if lead else []), *answer, *end_point]) + "\n"
 
 
 def summary(data: ReportData) -> str:
     """The paragraph under the title: the Answer's verdict, whether the curves have stopped changing, the claims'
     tally and what was run, each sentence from the tables."""
     e = data.experiment
-    speed = an.speed_sentences(data.answer, e, data.agg.split)
     tally = data.study.claims["status"].value_counts()
     claims = ", ".join(f"{int(tally[s])} {s}" for s in STATUSES if s in tally)
     seeds = len(e.seeds)
-    return " ".join([speed[0], an.end_point_headline(data.answer, data.agg.split),
-                     f"Of the paper's {len(data.study.claims)} claims checked here: {claims}." if claims else "",
+    lead = [] if data.answer.pair is not None else an.speed_sentences(data.answer, e, data.agg.split)[:1]
+    return " ".join([*lead, f"Of the paper's {len(data.study.claims)} claims checked here: {claims}." if claims else "",
                      f"{len(e.select)} runs of {seeds} seed{'s' if seeds != 1 else ''} each on {e.data.dataset}."]
                     ).replace("  ", " ").strip()
 
@@ -147,7 +148,8 @@ def _answer(page: Page) -> dict[str, Any]:
     a = d.answer
     speed = an.speed_sentences(a, page.experiment, d.agg.split)
     notes = list(a.notes) if a.pair is not None else []
-    return {"finding": speed[0], "sentences": [*speed[1:], *notes], "pair": a.pair,
+    lead = " ".join(hl.headline(d))
+    return {"finding": lead or speed[0], "sentences": [*(speed if lead else speed[1:]), *notes], "pair": a.pair,
             "pairs": an.pairs_view(a, page.experiment), "settings": a.settings,
             "answer_figure": page.figure("answer", "Figure 4's gap at every epoch, split one factor at a time; time to "
                                             "quality of the pair"),

@@ -76,6 +76,9 @@ _LEVEL_TEXT = {"norm": {"post": "Post-LN", "pre": "Pre-LN"}, "warmup": {True: "w
                "decay": {"isqrt": "isqrt decay", "step": "step decay", "constant": "constant"}}
 
 
+FACTOR_WORDS = {"norm": "the norm position", "warmup": "warm-up", "decay": "the decay"}
+
+
 def level_text(factor: str, level: Any) -> str:
     return _LEVEL_TEXT.get(factor, {}).get(level, f"{factor} {level}")
 
@@ -173,7 +176,7 @@ def _cube(experiment: Experiment, pair: Pair) -> dict[tuple, str]:
 def _paths(experiment: Experiment, pair: Pair, cube: dict[tuple, str]) -> tuple[dict[str, list[Pair]], list[str]]:
     """Each order of the pair's differing factors whose cells are all selected -> its single-factor steps."""
     a, b = experiment.runs[pair.from_run].factors, experiment.runs[pair.to_run].factors
-    paths, notes = {}, []
+    paths, missing = {}, []
     for order in itertools.permutations(pair.factors):
         levels, steps, ok = dict(a), [], True
         for f in order:
@@ -188,8 +191,14 @@ def _paths(experiment: Experiment, pair: Pair, cube: dict[tuple, str]) -> tuple[
         if ok:
             paths[name] = steps
         else:
-            notes.append(f"path {name}: a cell on it is not selected")
-    return paths, notes
+            missing.append(name.replace(">", ", then "))
+    if not missing:
+        return paths, []
+    if not paths:
+        return paths, ["The gap is not split between the factors: no order of changing them one at a time has all "
+                       "its cells selected."]
+    return paths, [f"Not split along {len(missing)} of the {len(missing) + len(paths)} orders of the factors, each "
+                   "with a cell not selected: " + "; ".join(missing) + "."]
 
 
 # --- time to quality
@@ -478,15 +487,14 @@ def _signed(v: float) -> str:
 
 
 def arm_text(experiment: Experiment, run: str) -> str:
-    """A run in words, its numbers from the config: "Post-LN with 500 warm-up updates and isqrt decay
-    (postln_warmup_isqrt)"."""
+    """A run in words, its numbers from the config: "Post-LN with 500 warm-up updates and isqrt decay"."""
     s, norm = experiment.runs[run].schedule, level_text("norm", experiment.runs[run].model.norm)
     warm = f"with {s.warmup_updates} warm-up updates" if s.warmup else "without warm-up"
     if s.decay == "step":
-        decay = f"step decay x{s.decay_factor:g} at the start of epoch {', '.join(map(str, s.decay_epochs or ()))}"
+        decay = f"a step decay x{s.decay_factor:g} at the start of epoch {', '.join(map(str, s.decay_epochs or ()))}"
     else:
         decay = f"{s.decay} decay"
-    return f"{run} ({norm} {warm}, {decay})"
+    return f"{norm} {warm} and {decay}"
 
 
 def _metric_words(metric: str) -> str:
@@ -513,12 +521,12 @@ def middle_fraction(settings: ReportSettings) -> float:
 
 def _arm_time(r: pd.Series) -> str:
     if r["status"] != REACHED:
-        return (f"does not reach it ({int(r['n_reached'])} of {int(r['n_seeds'])} seeds; best seed-mean "
-                f"{_f(r['best'])})")
-    censored = ", reached by the first scored checkpoint, an upper bound" if r["censored"] else ""
-    return (f"needs {_f(r['epochs'])} epochs ({_ci(r['epochs_low'], r['epochs_high'], int(r['n_seeds']))}; "
-            f"{_f(r['updates'])} updates, {_f(r[COST])} CPU-seconds of training, {_f(r['train_wall_s'])} s of "
-            f"wall-clock{censored})")
+        return (f"does not reach it: {int(r['n_reached'])} of {int(r['n_seeds'])} seeds do, its best seed-mean "
+                f"{_f(r['best'])}")
+    censored = ", reached by the first scored checkpoint: an upper bound" if r["censored"] else ""
+    return (f"needs {_f(r['epochs'])} epochs ({_ci(r['epochs_low'], r['epochs_high'], int(r['n_seeds']))}), "
+            f"{_f(r['updates'])} updates, {_f(r[COST])} CPU-seconds of training and {_f(r['train_wall_s'])} s of "
+            f"wall-clock{censored}")
 
 
 def _speed_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
@@ -531,9 +539,9 @@ def _speed_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
     bleu = metric.endswith("bleu_tok")
     of = ratio["target_of"] if ratio["target_of"] == "lower" else \
         f"higher (the lower arm ends below {a.settings.useful_fraction:.0%} of it: failed)"
-    what = (f"{frac:.0%} of the {of} arm's final {_metric_words(metric)} ({_f(ratio['target'])} BLEU)" if bleu else
-            f"{frac:.0%} of the {of} arm's drop in {_metric_words(metric)} below the pair's first checkpoint "
-            f"({_f(ratio['target'])} bits)")
+    what = (f"{frac:.0%} of the {of} arm's final {_metric_words(metric)}, {_f(ratio['target'])} BLEU" if bleu else
+            f"{frac:.0%} of the {of} arm's drop in {_metric_words(metric)} below the pair's first checkpoint, "
+            f"{_f(ratio['target'])} bits")
     # one interval a sentence: each arm's time, then the two ratios
     head = (f"To reach {what}, {arm_text(experiment, p.to_run)} {_arm_time(to)}. "
             f"The other arm, {arm_text(experiment, p.from_run)}, {_arm_time(fr)}.")
@@ -544,41 +552,6 @@ def _speed_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
     return (head + f" The first needs {_f(e[0])} of the second's epochs ({_ci(e[1], e[2], int(ratio['n_seeds']))}, "
             f"per-seed ratios, geometric mean). In training CPU time it needs {_f(c[0])} of the second's "
             f"({_ci(c[1], c[2], int(ratio['n_seeds']))}).")
-
-
-def _verdict(a: Answer, experiment: Experiment, metric: str) -> str:
-    """Yes / no / not clearly, from the middle target's epoch and training CPU-time ratios."""
-    t = _ttq(a, FIGURE4, metric)
-    r = t[(t["fraction"] == _middle(a.settings.quality_fractions)) & (t["arm"] == "ratio")]
-    pre, post = (level_text("norm", experiment.runs[x].model.norm) for x in (a.pair.to_run, a.pair.from_run))
-    arms = t[t["fraction"] == _middle(a.settings.quality_fractions)].set_index("arm")
-    if len(arms) and arms.loc["from", "status"] != arms.loc["to", "status"]:
-        fails = "to" if arms.loc["to", "status"] != REACHED else "from"
-        run, other = arms.loc[fails, "run"], arms.loc["from" if fails == "to" else "to", "run"]
-        return (f"{'No' if fails == 'to' else 'Yes'}: in this experiment {run} does not reach, with every seed, "
-                f"the {_metric_words(metric)} {other} reaches (best seed-mean {_f(arms.loc[fails, 'best'])}).")
-    if r.empty or r.iloc[0]["status"] != REACHED or not math.isfinite(r.iloc[0]["epochs_high"]):
-        return (f"Whether {pre} without warm-up trains faster than {post} with warm-up cannot be read from these "
-                "runs: an arm does not reach the targets, or there is no interval.")
-    r = r.iloc[0]
-
-    def side(lo: float, hi: float, unit: str) -> str:
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            return f"with no interval of its {unit} (not recorded for every seed)"
-        if hi < 1:
-            return f"in fewer {unit}" if unit == "epochs" else f"in less {unit}"
-        if lo > 1:
-            return f"in more {unit}" if unit == "epochs" else f"in more {unit}"
-        return f"in about as {'many' if unit == 'epochs' else 'much'} {unit} (the interval includes a ratio of 1)"
-
-    ep = side(r["epochs_low"], r["epochs_high"], "epochs")
-    cost = side(r[f"{COST}_low"], r[f"{COST}_high"], "training CPU time")
-    faster_ep, faster_cost = r["epochs_high"] < 1, r[f"{COST}_high"] < 1
-    verdict = "Yes" if faster_ep and faster_cost else "In epochs, yes" if faster_ep else \
-        "No" if r["epochs_low"] > 1 else "Not clearly"
-    return (f"{verdict}: in this experiment {pre} without warm-up reaches the same {_metric_words(metric)} {ep} "
-            f"than {post} with warm-up, and {cost}.").replace("(the interval includes a ratio of 1) than",
-                                                                "as (the interval includes a ratio of 1)")
 
 
 def _other_targets_sentence(a: Answer, metric_bleu: str, metric_loss: str) -> str:
@@ -658,8 +631,9 @@ def _decomposition_sentence(a: Answer, metric: str, epoch: int, experiment: Expe
     orders = (f" Over the {d['path'].nunique()} orders of the factors, which interact, the steps range: "
               + ", ".join(ranges) + ".") if ranges else ""
     # one interval a sentence: each step its own
+    order = ", then ".join(FACTOR_WORDS[f] for f in path.split(">"))
     return (f"At epoch {epoch}, the {_signed(total)} {_unit(metric)} gap in {_metric_words(metric)} splits, changing "
-            f"one factor at a time ({path.replace('>', ', then ')}), into these steps. " + " ".join(parts) + orders)
+            f"one factor at a time in the order {order}, into these steps. " + " ".join(parts) + orders)
 
 
 def _endpoint_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
@@ -685,7 +659,7 @@ def _endpoint_sentence(a: Answer, experiment: Experiment, metric: str) -> str:
         else:
             how = {IMPROVING: "still falling, not converged", WORSENING: "rising, not converged",
                    UNDETERMINED: "not shown converged (its interval reaches beyond the tolerance)"}.get(state, state)
-        parts.append(f"For {run}, the validation loss changes {pct}{over}: {how}.")
+        parts.append(f"For {arm_text(experiment, run)}, the validation loss changes {pct}{over}: {how}.")
     span = f"over epochs {e.iloc[0]['epochs']}" if same else "each run over its own last scored epochs"
     # one interval a sentence: each arm its own
     return (f"The end point, as far as these runs go, {span}; converged means the slope's 95% interval lies within "
@@ -719,12 +693,12 @@ def _lengths_sentence(a: Answer, experiment: Experiment) -> str:
 
 
 def speed_sentences(a: Answer, experiment: Experiment, split: str) -> list[str]:
-    """The sentences on speed: the verdict first, then time to quality, the gap and its decomposition; where
-    Figure 4's pair is not selected, why."""
+    """The sentences on speed: time to quality, the gap and its decomposition (the verdict is the headline's,
+    ``headline``); where Figure 4's pair is not selected, why."""
     if a.pair is None:
         return [f"No answer for this experiment: {a.note}. The Answer section needs both runs of Figure 4's pair."]
     bleu, loss = f"{split}_bleu_tok", f"{split}_loss_base2"
-    out = [_verdict(a, experiment, bleu), a.not_run, _speed_sentence(a, experiment, bleu),
+    out = [a.not_run, _speed_sentence(a, experiment, bleu),
            _lengths_sentence(a, experiment),
            _other_targets_sentence(a, bleu, loss), _gap_sentence(a, bleu, experiment),
            _gap_sentence(a, loss, experiment)]

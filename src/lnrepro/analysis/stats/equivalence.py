@@ -177,11 +177,18 @@ def _seeds(n: int) -> str:
     return f"{n} seed{'' if n == 1 else 's'}"
 
 
+def _arms(r: pd.Series) -> tuple[str, str]:
+    """The two arms as a sentence names them, b first: the norm labels of ``difference_of``."""
+    b, _, a = r["difference_of"].partition(" (")[0].partition(" minus ")
+    return b, a
+
+
 def resolution_sentence(r: pd.Series) -> str:
     """The resolution of one metric's test with these seeds, stated before its result."""
     unit = _unit(r["metric"])
+    b, a = _arms(r)
     head = (f"Resolution of the {_words(r['metric'])} test at epoch {int(r['epoch'])}: {_seeds(int(r['n_b']))} of "
-            f"{r['run_b']} and {_seeds(int(r['n_a']))} of {r['run_a']}")
+            f"{b} and {_seeds(int(r['n_a']))} of {a}")
     if not math.isfinite(r["half_width_90"]):
         return head + ": too few seeds for an interval."
     largest = r["largest_equivalent"]
@@ -197,7 +204,8 @@ def result_sentence(r: pd.Series) -> str:
     """One tested metric's difference, intervals, test and verdict."""
     unit, words = _unit(r["metric"]), _words(r["metric"])
     diff = f"{signed(r['difference'])} {unit}"
-    head = f"{words[0].upper()}{words[1:]} at epoch {int(r['epoch'])}, {r['difference_of']}: {diff}"
+    b, a = _arms(r)
+    head = f"{words[0].upper()}{words[1:]} at epoch {int(r['epoch'])}, {b} minus {a}: {diff}"
     if not math.isfinite(r["ci90_low"]):
         return f"{head}; {r['note']}, so {r['verdict']}."
     return (f"{head}, 90% Welch interval {fmt(r['ci90_low'])} to {fmt(r['ci90_high'])}. Its 95% interval runs from "
