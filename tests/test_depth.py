@@ -30,7 +30,7 @@ DIVERGE = {("postln_nowarmup_isqrt_L18", 3): 2}
 
 def experiment() -> Experiment:
     c = config.load_config([REPO / "config.yaml", REPO / "presets" / "depth-cpu.yaml"])
-    c["select"], c["defaults"]["train"]["epochs"] = RUNS, EPOCHS
+    c["select"], c["defaults"]["train"]["epochs"], c["seeds"] = RUNS, EPOCHS, list(SEEDS)
     config.validate_config(c)
     return config.experiment(c)
 
