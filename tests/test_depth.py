@@ -1,11 +1,13 @@
-"""The depth study's report (analysis/sections/depth.py) on a fabricated results tree: Wilson intervals, failure
-against the best cell of the same depth, the test row of a checkpoint below the valid-BLEU floor, the section only
-with runs of more than one depth."""
+"""The depth study's report (analysis/sections/depth.py) on a fabricated results tree at two learning rates:
+Wilson intervals, failure against the best cell of the same depth and lr_max, the depth claims judged per lr_max,
+the section's finding, the test row of a checkpoint below the valid-BLEU floor, the section only with runs of more
+than one depth."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -22,25 +24,32 @@ from test_report import decode
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCHS, SEEDS = 2, (1, 2, 3)
-RUNS = [f"{v}_{w}_isqrt_L{d}" for d in (6, 18) for v in ("postln", "preln", "deepnorm") for w in ("warmup", "nowarmup")]
+LOW = "_lr1e-3"  # the preset's runs at its second, smaller lr_max
+HIGH_LR, LOW_LR = 2.0e-3, 1.0e-3
+HIGH = [f"{v}_{w}_isqrt_L{d}" for d in (6, 18) for v in ("postln", "preln", "deepnorm") for w in ("warmup", "nowarmup")]
+RUNS = HIGH + [f"{v}_{w}_isqrt_L{d}{LOW}" for d in (6, 18) for v in ("postln", "preln") for w in ("warmup", "nowarmup")]
 FLOOR = 1.0
-# Post-LN without warm-up at 18 layers: seed 3 diverges in epoch 2, seeds 1 and 2 stay near 0 BLEU.
+# Post-LN without warm-up stalls near 0 BLEU at 18 layers at both rates and at 6 layers at the larger one; at 18
+# layers and lr_max 2e-3 its seed 3 diverges in epoch 2.
+STALLED = {"postln_nowarmup_isqrt_L18", "postln_nowarmup_isqrt_L6", f"postln_nowarmup_isqrt_L18{LOW}"}
 DIVERGE = {("postln_nowarmup_isqrt_L18", 3): 2}
 
 
-def experiment() -> Experiment:
+def experiment(runs: list[str] = RUNS) -> Experiment:
     c = config.load_config([REPO / "config.yaml", REPO / "presets" / "depth-cpu.yaml"])
-    c["select"], c["defaults"]["train"]["epochs"] = RUNS, EPOCHS
+    c["select"], c["defaults"]["train"]["epochs"], c["seeds"] = runs, EPOCHS, list(SEEDS)
+    c.pop("run_seeds")
     config.validate_config(c)
     return config.experiment(c)
 
 
 def bleu(run: str, seed: int, epoch: int) -> float:
-    """At 6 layers about 20, at 18 about 9 (below half the 6-layer best: failed against it, trained against the
-    best 18-layer cell), Post-LN without warm-up at 18 layers about 0.3."""
-    if run == "postln_nowarmup_isqrt_L18":
+    """At lr_max 2e-3 about 20 at 6 layers and 9 at 18 (below half the 6-layer best: failed against it, trained
+    against the best 18-layer cell); at lr_max 1e-3 0.4 x that (below half the best at 2e-3 of the same depth:
+    failed against it, trained against the best at its own rate); a stalled cell about 0.3."""
+    if run in STALLED:
         return 0.2 + 0.05 * seed
-    base = 20.0 if run.endswith("_L6") else 9.0
+    base = (20.0 if "_L6" in run else 9.0) * (0.4 if run.endswith(LOW) else 1.0)
     return base + RUNS.index(run) * 0.1 + 0.5 * seed - (EPOCHS - epoch)
 
 
@@ -134,25 +143,131 @@ def test_wilson_intervals_and_the_smallest_resolved_difference():
     assert "3 of 3 seeds against 0 of 3" in dp.resolution_text([3, 3])
 
 
-def test_failure_is_judged_against_the_best_cell_of_the_same_depth():
+def epoch_rows() -> pd.DataFrame:
+    """The aggregate's epoch table of ``bleu``'s seeds, every checkpoint scored."""
+    return pd.DataFrame([{"run": r, "seed": s, "epoch": e, "status": "ok", "valid_bleu_tok": bleu(r, s, e),
+                          "valid_nll_base2": split_scores(bleu(r, s, e))["nll_base2"]}
+                         for r in RUNS for s in SEEDS for e in range(1, EPOCHS + 1)])
+
+
+def test_resolution_for_cells_of_different_seeds():
+    """Five seeds in the compared cells, three in the others: each count's resolution, the larger first."""
+    five, three = dp.resolution_text([5]), dp.resolution_text([3])
+    assert "only a difference of 0.60 or more (e.g. 3 of 5 seeds against 0 of 5)" in five
+    assert "[0.00, 0.43] for 0 of 5" in five and "only a difference of 1.00 or more" in three
+    both = dp.resolution_text([3, 5, 5, 0])
+    assert both == (five.replace("per cell", "in both cells") + "; " + three.replace("per cell", "in both cells"))
+
+
+def test_failure_is_judged_against_the_best_cell_of_the_same_depth_and_rate():
     exp = experiment()
-    rows = [{"run": r, "seed": s, "epoch": e, "status": "ok", "valid_bleu_tok": bleu(r, s, e),
-             "valid_nll_base2": split_scores(bleu(r, s, e))["nll_base2"]}
-            for r in RUNS for s in SEEDS for e in range(1, EPOCHS + 1)]
-    epochs = pd.DataFrame(rows)
-    at = [("last", EPOCHS)]
+    epochs, at = epoch_rows(), [("last", EPOCHS)]
     fates = dp.seed_fates_by_depth(epochs, exp, at, "valid", exp.analysis.report)
-    deep = fates[fates["depth"] == 18]
+    deep = fates[(fates["depth"] == 18) & (fates["lr_max"] == HIGH_LR)]
     assert set(deep["best_bleu_run"]) == {"deepnorm_nowarmup_isqrt_L18"}  # the best at 18 layers, not a 6-layer run
-    failed = set(deep[deep["fate"] == bu.DID_NOT_TRAIN]["run"])
-    assert failed == {"postln_nowarmup_isqrt_L18"}
-    # against every run at once (the study's rule without depths) every 18-layer run would have failed
+    assert set(deep[deep["fate"] == bu.DID_NOT_TRAIN]["run"]) == {"postln_nowarmup_isqrt_L18"}
+    # at the smaller lr_max: judged against the best run at that rate, not the better one at 2e-3
+    low = fates[fates["lr_max"] == LOW_LR]
+    assert set(low["best_bleu_run"]) == {f"preln_nowarmup_isqrt_L6{LOW}", f"preln_nowarmup_isqrt_L18{LOW}"}
+    assert set(low[low["fate"] == bu.DID_NOT_TRAIN]["run"]) == {f"postln_nowarmup_isqrt_L18{LOW}"}
+    # against every run of a depth at once, every run at 1e-3 would have failed; against every run, every 18-layer one
+    shallow = [r for r in RUNS if "_L6" in r]
+    pooled = bu.seed_fates(epochs, shallow, at, "valid", exp.analysis.report)
+    assert {r for r in shallow if r.endswith(LOW)} <= set(pooled[pooled["fate"] == bu.DID_NOT_TRAIN]["run"])
     flat = bu.seed_fates(epochs, RUNS, at, "valid", exp.analysis.report)
-    assert set(flat[flat["fate"] == bu.DID_NOT_TRAIN]["run"]) == {r for r in RUNS if r.endswith("_L18")}
+    assert {r for r in RUNS if "_L18" in r} <= set(flat[flat["fate"] == bu.DID_NOT_TRAIN]["run"])
     rates = dp.rate_table(fates, exp).set_index("run")
     assert rates.loc["postln_nowarmup_isqrt_L18", "failure_rate"] == 1.0
+    assert rates.loc[f"postln_nowarmup_isqrt_L6{LOW}", "failure_rate"] == 0.0
     assert rates.loc["deepnorm_warmup_isqrt_L18", "failure_rate"] == 0.0
     assert rates.loc["deepnorm_warmup_isqrt_L18", "failure_high"] == pytest.approx(dp.wilson(0, 3)[2])
+    assert rates.loc[f"preln_warmup_isqrt_L18{LOW}", "lr_max"] == LOW_LR
+    assert rates.loc["preln_warmup_isqrt_L18", "lr_max"] == HIGH_LR
+
+
+def test_the_depth_claims_are_judged_per_learning_rate():
+    """Post-LN without warm-up fails at both depths at lr_max 2e-3 (3/3 against 3/3: no depth effect) and only at
+    18 layers at 1e-3 (3/3 against 0/3): two rows, judged apart; pooled they would read 6/6 against 3/6."""
+    exp = experiment()
+    fates = dp.seed_fates_by_depth(epoch_rows(), exp, [("last", EPOCHS)], "valid", exp.analysis.report)
+    claims = dp.claim_table(dp.rate_table(fates, exp), "last", None, [6, 18])
+    post = claims[claims["id"] == "depth_postln_nowarmup"].set_index("lr_max")
+    assert list(post.index) == [HIGH_LR, LOW_LR]
+    assert post.loc[HIGH_LR, "measured"] == 0.0 and post.loc[HIGH_LR, "status"] == "inconclusive"
+    assert post.loc[HIGH_LR, "n_seeds"] == "3/3" and "(3/3) minus that of" in post.loc[HIGH_LR, "measured_as"]
+    assert post.loc[LOW_LR, "measured"] == 1.0 and post.loc[LOW_LR, "status"] == "reproduced"
+    assert f"postln_nowarmup_isqrt_L18{LOW} (3/3)" in post.loc[LOW_LR, "measured_as"]
+    pre = claims[claims["id"] == "depth_pre_warmup"]
+    assert list(pre["lr_max"]) == [HIGH_LR, LOW_LR]
+    deepnorm = claims[claims["id"] == "depth_deepnorm_warmup"]  # DeepNorm at the larger rate only
+    assert list(deepnorm["lr_max"]) == [HIGH_LR] and deepnorm["status"].item() == "inconclusive"  # 0 of 3
+    admin = claims[claims["id"] == "depth_admin_warmup"]  # not selected: one row without a rate that says so
+    assert math.isnan(admin["lr_max"].item()) and admin["note"].item() == (
+        "no selected run is Admin with warm-up at 18 layers")
+    assert claims.loc[claims["id"] == "depth_prenofinal_vs_pre", "status"].item() == dp.OPEN
+
+
+def test_a_claim_whose_cells_share_no_rate_says_so():
+    """Post-LN without warm-up at 6 layers at lr_max 1e-3 only, at 18 layers at 2e-3 only: no common rate."""
+    runs = [r for r in RUNS if r not in ("postln_nowarmup_isqrt_L6", f"postln_nowarmup_isqrt_L18{LOW}")]
+    exp = experiment(runs)
+    epochs = epoch_rows()
+    fates = dp.seed_fates_by_depth(epochs[epochs["run"].isin(runs)], exp, [("last", EPOCHS)], "valid",
+                                   exp.analysis.report)
+    claims = dp.claim_table(dp.rate_table(fates, exp), "last", None, [6, 18])
+    row = claims[claims["id"] == "depth_postln_nowarmup"]
+    assert len(row) == 1 and math.isnan(row["lr_max"].item()) and math.isnan(row["measured"].item())
+    assert row["note"].item() == ("the cells compared are selected at no common lr_max: Post-LN without warm-up at "
+                                  "18 layers at lr_max 0.002; Post-LN without warm-up at 6 layers at lr_max 0.001")
+    assert row["status"].item() != "reproduced"
+
+
+def fit_rows() -> pd.DataFrame:
+    """Figure 3(c)'s rows of a gradinit fit: Post-LN flat, Pre-LN shrinking, DeepNorm growing with depth."""
+    from lnrepro.analysis.stats.gradinit_fit import HEADLINE
+
+    values = {"post": (0.18, -0.11, 0.48, 0.0), "pre": (-0.38, -0.65, -0.11, -0.5),
+              "deepnorm": (-0.48, -0.64, -0.31, math.nan)}
+    return pd.DataFrame([{**HEADLINE, "norm": n, "b": b, "b_low": lo, "b_high": hi, "theory_b": theory,
+                          "note": math.nan} for n, (b, lo, hi, theory) in values.items()])
+
+
+def test_the_finding_names_the_variants_that_trained_deep_at_each_rate():
+    """Per lr_max, which variants trained at 18 layers without warm-up; per variant and rate, its failure rate
+    with a Wilson interval; per variant, what its gradient at initialization predicted. One interval a sentence,
+    no nested parentheses, words for variants."""
+    exp = experiment()
+    fates = dp.seed_fates_by_depth(epoch_rows(), exp, [("last", EPOCHS)], "valid", exp.analysis.report)
+    said = dp.finding(dp.rate_table(fates, exp), "last", fit_rows(), 18)
+    assert said[:2] == [
+        f"Without warm-up at 18 layers and lr_max 0.002, at epoch {EPOCHS}: most seeds trained with Pre-LN and "
+        "DeepNorm; most failed with Post-LN.",
+        f"Without warm-up at 18 layers and lr_max 0.001, at epoch {EPOCHS}: most seeds trained with Pre-LN; most "
+        "failed with Post-LN."]
+    assert ("Post-LN at 18 layers without warm-up and lr_max 0.002: 0 of 3 seeds trained, a failure rate of "
+            "1.00 [0.44, 1.0] by Wilson's 95% interval.") in said
+    assert ("Pre-LN at 18 layers without warm-up and lr_max 0.001: 3 of 3 seeds trained, a failure rate of "
+            "0 [0, 0.56] by Wilson's 95% interval.") in said
+    assert ("Post-LN's gradient at initialization predicted a need for warm-up: its last decoder layer's W2 "
+            "gradient does not shrink with depth, b = 0.18 [\u22120.11, 0.48], Theorem 1's being 0.") in said
+    assert ("Pre-LN's gradient at initialization predicted training without warm-up: its last decoder layer's W2 "
+            "gradient shrinks with depth, b = \u22120.38 [\u22120.65, \u22120.11], Theorem 1's being \u22120.5."
+            ) in said
+    assert ("DeepNorm's gradient at initialization predicted training without warm-up: its last decoder layer's W2 "
+            "gradient shrinks with depth, b = \u22120.48 [\u22120.64, \u22120.31], as Pre-LN's does in Theorem 1."
+            ) in said
+    grows = pd.Series({"b": 0.3, "b_low": 0.1, "b_high": 0.5, "note": math.nan})
+    assert dp.prediction("X", grows) == ("X's gradient at initialization predicted a need for warm-up: its last "
+                                         "decoder layer's W2 gradient grows with depth, b = 0.30 [0.10, 0.50].")
+    for s in said:
+        assert s.count("[") <= 1 and "((" not in s and not re.search(r"\([^)]*\(", s), s
+        assert "deepnorm" not in s and "postln" not in s
+    # without a fit, one sentence says so; ReZero's zero gradient predicts nothing
+    assert "The gradient at initialization was not fitted: no prediction from it." in dp.finding(
+        dp.rate_table(fates, exp), "last", None, 18)
+    zero = pd.Series({"b": math.nan, "b_low": math.nan, "b_high": math.nan, "note": "undefined at initialization"})
+    assert dp.prediction("ReZero", zero) == ("ReZero's gradient at initialization predicted nothing: its last decoder "
+                                             "layer's W2 gradient is exactly 0, so it has no exponent b.")
 
 
 def test_the_depth_section_and_its_tables(report):
@@ -163,21 +278,32 @@ def test_the_depth_section_and_its_tables(report):
     rates = pd.read_csv(tables / "depth_rates.csv")
     last = rates[rates["epoch"] == EPOCHS].set_index("run")
     r = last.loc["postln_nowarmup_isqrt_L18"]
-    assert (r["n_diverged"], r["n_failed"], r["n_with_fate"]) == (1, 3, 3)
+    assert (r["n_diverged"], r["n_failed"], r["n_with_fate"], r["lr_max"]) == (1, 3, 3, HIGH_LR)
     assert r["divergence_rate"] == pytest.approx(1 / 3) and r["divergence_low"] == pytest.approx(dp.wilson(1, 3)[1])
     assert last.loc["deepnorm_nowarmup_isqrt_L18", "failure_rate"] == 0.0
+    assert last.loc[f"postln_nowarmup_isqrt_L6{LOW}", "failure_rate"] == 0.0
     assert (exp_dir / "report" / "figures" / DEPTH_FIGURES["depth"]).exists()
     # quality at the budget: the trained seeds only (none of Post-LN without warm-up at 18 layers)
     q = pd.read_csv(tables / "depth_quality.csv")
     assert q[(q["run"] == "postln_nowarmup_isqrt_L18")]["n_trained"].eq(0).all()
     assert q[(q["run"] == "preln_warmup_isqrt_L18") & (q["metric"] == "valid_bleu_tok")]["n_trained"].item() == 3
+    assert set(q["lr_max"]) == {HIGH_LR, LOW_LR}
     ttq = pd.read_csv(tables / "depth_time_to_quality.csv")
     assert set(ttq["depth"]) == {6, 18} and (ttq["n_reached"] <= ttq["n_trained"]).all()
-    # the claims: Post-LN without warm-up fails more at 18 than at 6 (3/3 against 0/3: resolved)
-    claims = pd.read_csv(tables / "depth_claims.csv").set_index("id")
-    assert claims.loc["depth_postln_nowarmup", "status"] == "reproduced"
-    assert claims.loc["depth_deepnorm_warmup", "status"] == "inconclusive"  # 0 of 3: Wilson up to 0.56
-    assert claims.loc["depth_prenofinal_vs_pre", "status"] == dp.OPEN  # pre_nofinal not selected here
+    assert set(ttq["lr_max"]) == {HIGH_LR, LOW_LR}
+    # the claims per lr_max: Post-LN without warm-up fails more at 18 than at 6 only at 1e-3 (3/3 against 0/3)
+    claims = pd.read_csv(tables / "depth_claims.csv")
+    post = claims[claims["id"] == "depth_postln_nowarmup"].set_index("lr_max")["status"]
+    assert post.to_dict() == {HIGH_LR: "inconclusive", LOW_LR: "reproduced"}
+    deepnorm = claims[claims["id"] == "depth_deepnorm_warmup"]
+    assert deepnorm["status"].item() == "inconclusive"  # 0 of 3: Wilson up to 0.56
+    assert claims.loc[claims["id"] == "depth_prenofinal_vs_pre", "status"].item() == dp.OPEN  # not selected here
+    assert "Post-LN without warm-up fails more often at 18 layers than at 6, at lr_max 0.001" in text
+    # the finding opens the section: which variants trained at 18 layers without warm-up, at which rate
+    finding = text.split('id="depth"', 1)[1].split('<p class="finding">', 1)[1].split("</p>", 1)[0]
+    assert finding.startswith(f"Without warm-up at 18 layers and lr_max 0.002, at epoch {EPOCHS}: most seeds "
+                              "trained with Pre-LN and DeepNorm; most failed with Post-LN.")
+    assert "The gradient at initialization was not fitted: no prediction from it." in finding
     conf = pd.read_csv(tables / "depth_confounds.csv").set_index("variant")
     assert "residual scaling" in conf.loc["deepnorm", "differences"]
     assert conf.loc["post", "differences"] == "nothing beside the norm position"

@@ -190,8 +190,9 @@ def test_the_endpoint_part(report: Path) -> None:
 
 
 def test_the_depth_part(tmp_path_factory) -> None:
-    """The depth part: the cells with failed seeds at the last epoch with their Wilson intervals, the design's
-    resolution, what the study cannot show, the depth figure and the link; every number from the rate table."""
+    """The depth part: the cells with failed seeds at the last epoch with their Wilson intervals, each with its
+    lr_max where there are several, the design's resolution, what the study cannot show, the depth figure and the
+    link; every number from the rate table."""
     from lnrepro.analysis.sections.depth import resolution_text
     from test_depth import experiment as depth_experiment
     from test_depth import make_tree as depth_tree
@@ -203,21 +204,23 @@ def test_the_depth_part(tmp_path_factory) -> None:
     body = rr.results_markdown(report, "published/depth-cpu", part="depth")
     rates = pd.read_csv(report / "tables" / "depth_rates.csv")
     at = rates[rates["budget"] == pd.read_csv(report / "tables" / "budgets.csv").iloc[0]["budget"]]
-    assert len(at) == 12
+    assert len(at) == 20
     failed = at[at["n_failed"] > 0]
-    assert set(failed["run"]) == {"postln_nowarmup_isqrt_L18"}
-    r = failed.iloc[0]
-    assert (f"{r['label']} at 18 layers without warm-up {r['n_failed']} of {r['n_with_fate']} "
+    assert set(failed["run"]) == {"postln_nowarmup_isqrt_L6", "postln_nowarmup_isqrt_L18",
+                                  "postln_nowarmup_isqrt_L18_lr1e-3"}
+    r = failed[failed["run"] == "postln_nowarmup_isqrt_L18_lr1e-3"].iloc[0]
+    assert (f"{r['label']} at 18 layers without warm-up and lr_max 0.001 {r['n_failed']} of {r['n_with_fate']} "
             f"[{rr._num(r['failure_low'])}, {rr._num(r['failure_high'])}]; every other cell none.") in body
+    assert "Post-LN at 6 layers without warm-up and lr_max 0.002 3 of 3 [" in body
     epoch = int(at["epoch"].iloc[0])
-    assert f"Failed seeds at epoch {epoch} " in body
+    assert f"Failed seeds at epoch {epoch} " in body and "the best run of the same depth and lr_max;" in body
     assert f"Resolution: {resolution_text(at['n_with_fate'].tolist())}." in body
-    assert (f"What this cannot show: one dataset and one width, {epoch} epochs, depths 6, 18 and 3 seeds a cell"
-            in body)
+    assert (f"What this cannot show: one dataset and one width, {epoch} epochs, depths 6, 18 and 3 seeds a cell; a "
+            "failure is one at these learning rates, lr_max 0.002 and 0.001, and budget.") in body
     assert "![failure rate against depth](published/depth-cpu/figures/failure_rate_vs_depth.png)" in body
     assert "[`published/depth-cpu/index.html`](published/depth-cpu/index.html)" in body
     counts = ("n_failed", "n_with_fate", "depth", "n_seeds")
-    allowed = ({str(epoch), "95"} | {str(int(n)) for c in counts for n in at[c]}
+    allowed = ({str(epoch), "95", "0.002", "0.001"} | {str(int(n)) for c in counts for n in at[c]}
                | {rr._num(v) for c in ("failure_low", "failure_high") for v in failed[c]})
     scale = pd.read_csv(report / "tables" / "claims.csv")["scale"].dropna().iloc[0]
     assert set(numbers(body, resolution_text(at["n_with_fate"].tolist()), scale, "IWSLT14")) <= allowed, body

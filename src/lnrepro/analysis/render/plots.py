@@ -31,6 +31,7 @@ from ..stats.budget import COST, DIVERGED, OK  # noqa: E402
 from ..sections.claims import PaperMark, norm_label  # noqa: E402
 from ..stats.effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
 from ..stats.gradinit_fit import HEADLINE, headline, init_rows, last_layer, series_label  # noqa: E402
+from ..numbers import sig  # noqa: E402
 
 if TYPE_CHECKING:
     from ..build import ReportData
@@ -47,6 +48,7 @@ _NORM_LINESTYLES: list[tuple[Any, str]] = [("-", "solid"), ("--", "dashed"), (":
                                             ((0, (3, 5, 1, 5)), "loosely dash-dotted")]
 _NORM_COLORS = ["tab:red", "tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:olive", "tab:orange", "tab:cyan",
                 "tab:pink", "tab:gray", "black"]
+_LR_MARKERS = ["o", "s", "^", "D"]  # the depth figure's learning rates, in the rate table's order
 
 
 def norm_style(norm: str | None) -> dict[str, Any]:
@@ -556,25 +558,31 @@ def plot_gradinit_depth(gradinit: pd.DataFrame, fit: pd.DataFrame | None, out: P
 
 def plot_depth_rates(rates: pd.DataFrame, budget: str, out: Path) -> Path:
     """The depth study's rates against depth at ``budget``: failure (top) and divergence (bottom), with warm-up
-    (left) and without (right), a line per variant (its gradinit colour and line style) with Wilson 95% intervals
-    over seeds, the variants dodged apart at each depth."""
+    (left) and without (right), a line per variant (its gradinit colour and line style) and lr_max (its marker,
+    named in the legend where there are several) with Wilson 95% intervals over seeds, the lines dodged apart at
+    each depth."""
     at = rates[rates["budget"] == budget]
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True, sharey=True, layout="constrained")
     norms = [n for n in NORMS if n in set(at["variant"])]
+    lrs = list(dict.fromkeys(at["lr_max"]))
+    lines = [(norm, lr) for norm in norms for lr in lrs if ((at["variant"] == norm) & (at["lr_max"] == lr)).any()]
     depths = sorted(at["depth"].unique().tolist())
-    dodge = 0.02 * (depths[-1] - depths[0] if len(depths) > 1 else 1)  # between variants, in layers
+    dodge = 0.02 * (depths[-1] - depths[0] if len(depths) > 1 else 1)  # between lines, in layers
     for col, warmup in enumerate((True, False)):
         for row, what in enumerate(("failure", "divergence")):
             ax = axes[row][col]
-            for k, norm in enumerate(norms):
-                g = at[(at["variant"] == norm) & (at["warmup"] == warmup)].sort_values("depth")
+            for k, (norm, lr) in enumerate(lines):
+                g = at[(at["variant"] == norm) & (at["lr_max"] == lr) & (at["warmup"] == warmup)].sort_values("depth")
                 if g.empty:
                     continue
-                x = g["depth"].to_numpy(dtype=float) + (k - (len(norms) - 1) / 2) * dodge
+                x = g["depth"].to_numpy(dtype=float) + (k - (len(lines) - 1) / 2) * dodge
                 y = g[f"{what}_rate"].to_numpy(dtype=float)
                 err = np.nan_to_num(np.array([y - g[f"{what}_low"], g[f"{what}_high"] - y], dtype=float))
-                ax.errorbar(x, y, yerr=err, capsize=3, marker="o", markersize=4, label=NORMS[norm].label,
-                            **norm_style(norm))
+                label = NORMS[norm].label + (f", lr_max {sig(lr)}" if len(lrs) > 1 else "")
+                i = lrs.index(lr)  # the first rate's markers filled, the others' open and their lines lighter
+                ax.errorbar(x, y, yerr=err, capsize=3, marker=_LR_MARKERS[i % len(_LR_MARKERS)],
+                            markersize=4 if i == 0 else 5, label=label, **norm_style(norm),
+                            **({} if i == 0 else {"markerfacecolor": "white", "alpha": 0.7}))
             ax.xaxis.set_major_locator(FixedLocator(depths))
             ax.set_ylim(-0.05, 1.05)
             ax.grid(alpha=0.3)
@@ -586,7 +594,7 @@ def plot_depth_rates(rates: pd.DataFrame, budget: str, out: Path) -> Path:
     if at.empty:
         _empty(axes[0][0], "no run of more than one depth")
     else:
-        _figure_legend(fig, axes, ncol=len(norms))
+        _figure_legend(fig, axes, ncol=len(norms) if len(lrs) == 1 else 4)
     fig.suptitle(f"share of seeds failed and diverged at {budget}, per variant and depth", fontsize=9)
     return _save(fig, out)
 

@@ -24,6 +24,7 @@ from ...errors import LnReproError
 from ...io import write_generated
 from ...paths import ANSWER_MD, PUBLISHED_REPORTS
 from .. import DEPTH_FIGURES, FIGURES
+from ..numbers import sig
 
 FIGURE4 = "figure4"  # the comparison whose runs are the paper's Figure 4 (config.yaml, comparisons)
 
@@ -158,14 +159,17 @@ def depth_failures_sentence(report: Path) -> str:
 
     rates = _table(report, "depth_rates")
     at = rates[rates["budget"] == _budget(report)]
-    failed = [f"{r['label']} at {int(r['depth'])} layers {'with' if bool(r['warmup']) else 'without'} warm-up "
-              f"{int(r['n_failed'])} of {int(r['n_with_fate'])} [{_num(r['failure_low'])}, {_num(r['failure_high'])}]"
+    several = at["lr_max"].nunique() > 1  # then each cell names its learning rate
+    failed = [f"{r['label']} at {int(r['depth'])} layers {'with' if bool(r['warmup']) else 'without'} warm-up"
+              + (f" and lr_max {sig(r['lr_max'])}" if several else "")
+              + f" {int(r['n_failed'])} of {int(r['n_with_fate'])} [{_num(r['failure_low'])}, "
+              f"{_num(r['failure_high'])}]"
               for _, r in at.iterrows() if int(r["n_with_fate"]) and int(r["n_failed"])]
     epoch = int(at["epoch"].iloc[0]) if len(at) else 0
     n_with = [int(n) for n in at["n_with_fate"] if int(n) > 0]
     return (f"Failed seeds at epoch {epoch} (diverged, stopped or did not train against the best run of the same "
-            f"depth; Wilson 95% interval): {'; '.join(failed) if failed else 'none'}; every other cell none. "
-            f"Resolution: {resolution_text(n_with)}.")
+            f"depth{' and lr_max' if several else ''}; Wilson 95% interval): {'; '.join(failed) if failed else 'none'}"
+            f"; every other cell none. Resolution: {resolution_text(n_with)}.")
 
 
 def depth_limits_sentence(report: Path) -> str:
@@ -177,8 +181,11 @@ def depth_limits_sentence(report: Path) -> str:
     seeds = sorted({int(n) for n in at["n_seeds"]})
     seeds_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
     depths = ", ".join(str(int(d)) for d in sorted(at["depth"].unique()))
+    lrs = list(dict.fromkeys(at["lr_max"]))
+    rate = (f"these learning rates, lr_max {' and '.join(sig(lr) for lr in lrs)}," if len(lrs) > 1
+            else "this learning rate")
     return (f"What this cannot show: one dataset and one width, {int(at['epoch'].iloc[0])} epochs, depths {depths} "
-            f"and {seeds_text} seeds a cell; a failure is one at this learning rate and budget.")
+            f"and {seeds_text} seeds a cell; a failure is one at {rate} and budget.")
 
 
 def depth_part(report: Path, shown_as: str) -> list[str]:

@@ -262,9 +262,9 @@ def _depth(page: Page) -> dict[str, Any] | None:
     if not d.shown:
         return None
     skipped = d.test[d.test["test"].str.startswith("skipped")]
-    return {"finding": f"Failure and divergence rates of each variant at {', '.join(map(str, d.depths))} layers, "
-                       f"with and without warm-up; {d.resolution}.",
+    return {"finding": " ".join(d.finding),
             "depths": ", ".join(map(str, d.depths)), "last": last, "rule": d.rule, "resolution": d.resolution,
+            "rates_lr": ", ".join(sig(lr) for lr in dict.fromkeys(d.rates["lr_max"])),
             "rates": vw.depth_rates_view(d.rates, last),
             "rates_figure": page.figure("depth", "failure and divergence rates against depth"),
             "quality": d.quality, "time": d.time_to_quality,

@@ -224,7 +224,8 @@ def claims_view(claims: pd.DataFrame) -> list[dict[str, Any]]:
     """tables/claims.csv on the page, a row per claim: the claim (its id in the tooltip), source, published value,
     the measured value with its interval, the scale it was measured at and the status; the explanation (what was
     measured, from how many seeds, the direction and the note) one sentence each, folded under the row. The depth
-    study's claims (``depth.CLAIM_COLUMNS``: directional, no published value, no kind) read alike."""
+    study's claims (``depth.CLAIM_COLUMNS``: directional, no published value, no kind) read alike, each claim
+    followed by the lr_max of its row."""
     rows = []
     for r in claims.itertuples():
         n = r.n_seeds if isinstance(r.n_seeds, str) else "" if pd.isna(r.n_seeds) else int(r.n_seeds)
@@ -236,7 +237,9 @@ def claims_view(claims: pd.DataFrame) -> list[dict[str, Any]]:
                        and r.direction else "",
                        f"{r.note[0].upper()}{r.note[1:].rstrip('.')}." if isinstance(getattr(r, "note", None), str)
                        and r.note else ""]
-        rows.append({"id": r.id, "claim": r.claim, "source": r.source, "published": getattr(r, "published", "—"),
+        lr = getattr(r, "lr_max", math.nan)  # the depth claims: one row per learning rate
+        claim = r.claim if pd.isna(lr) else f"{r.claim}, at lr_max {sig(lr)}"
+        rows.append({"id": r.id, "claim": claim, "source": r.source, "published": getattr(r, "published", "—"),
                      "measured": interval_cell(r.measured, r.ci_low, r.ci_high), "scale": r.scale,
                      "status": r.status, "explanation": [s for s in explanation if s]})
     return rows
@@ -255,15 +258,16 @@ def variant_view(v: pd.DataFrame) -> pd.DataFrame:
 
 def depth_rates_view(rates: pd.DataFrame, budget: str) -> pd.DataFrame:
     """depth_rates.csv at one budget, as the Depth section shows it: each rate with its Wilson interval and its
-    count in one cell, variant x depth x warm-up."""
+    count in one cell, variant x depth x warm-up x lr_max."""
     at = rates[rates["budget"] == budget]
     return pd.DataFrame({
         "variant": at["label"], "layers": at["depth"], "warm-up": at["warmup"].map({True: "yes", False: "no"}),
+        "lr_max": at["lr_max"],
         "failure [Wilson 95%]": [f"{interval_cell(r.failure_rate, r.failure_low, r.failure_high)} ({r.n_failed}/"
                                  f"{r.n_with_fate})" for r in at.itertuples()],
         "divergence [Wilson 95%]": [f"{interval_cell(r.divergence_rate, r.divergence_low, r.divergence_high)} "
                                     f"({r.n_diverged}/{r.n_with_fate})" for r in at.itertuples()],
-        "best run at this depth": at["best_run_at_depth"], "run": at["run"]}).reset_index(drop=True)
+        "best run at this depth and lr_max": at["best_run_at_depth"], "run": at["run"]}).reset_index(drop=True)
 
 
 def hosts_view(hosts: pd.DataFrame) -> pd.DataFrame:

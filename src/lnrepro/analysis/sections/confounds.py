@@ -127,7 +127,7 @@ class ComparisonResult:
     sentence: str = ""
 
 
-def _and(items: list[str]) -> str:
+def and_words(items: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
 
@@ -157,8 +157,9 @@ def variant_sentence(norms: list[str], differences: list[tuple[str, Difference]]
     kinds = [DIFFERENCE_WORDS[k] for k in DIFFERENCE_KINDS if any(d.kind == k for _, d in differences)]
     changing = [n for n in distinct if any(v == n for v, _ in differences)]
     plain = [n for n in distinct if n not in changing]
-    subject = f"{_and(changing)} {_differ(changing)} from {_and(plain)}" if plain else f"{_and(changing)} differ"
-    return f"{subject} in {_and(kinds)}"
+    subject = (f"{and_words(changing)} {_differ(changing)} from {and_words(plain)}" if plain
+               else f"{and_words(changing)} differ")
+    return f"{subject} in {and_words(kinds)}"
 
 
 def _differing_facts(runs: list[str], execution: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -241,14 +242,14 @@ def _cost_sentence(res: ComparisonResult) -> str:
     in instead."""
     differ = [f"{COST_FACTS[f]} differ (" + "; ".join(f"{r}: {' and '.join(k) or 'unknown'}" for r, k in v.items())
               + ")" for f, v in res.cost_values.items()]
-    return (f"Its cost ({COST_MEASURES}) is confounded by the host: {_and(differ)}; compare its cost within a host "
-            f"or in {HOST_FREE_UNIT} (its quality per epoch and per update is compared as above).")
+    return (f"Its cost ({COST_MEASURES}) is confounded by the host: {and_words(differ)}; compare its cost within a "
+            f"host or in {HOST_FREE_UNIT} (its quality per epoch and per update is compared as above).")
 
 
 def _verdict_sentence(res: ComparisonResult, controlled: dict[str, list[str]]) -> str:
     """The plain-language verdict; a confounded one names the controlled comparisons (``controlled``: factor
     key -> their names) that vary its factor and each confounding key alone."""
-    runs, fkey = _and(res.runs), res.factor_key
+    runs, fkey = and_words(res.runs), res.factor_key
     if res.verdict == "skipped":
         return f"{res.name} is skipped: {res.reason}."
     if res.verdict == "controlled":
@@ -258,13 +259,13 @@ def _verdict_sentence(res: ComparisonResult, controlled: dict[str, list[str]]) -
         values = list(res.factor_values.values())
         how = (f"has the same value, {values[0]!r}, in {runs}" if all(v == values[0] for v in values)
                else f"differs between {runs} but is inert (unused by the schedule) in at least one of them")
-        also = f", while {_and(what)} {_differ(what)}" if what else ""
+        also = f", while {and_words(what)} {_differ(what)}" if what else ""
         return f"{res.name} cannot test its claim: {fkey} {how}{also}."
-    sentence = f"{res.name} is confounded by {_and(what)}, which {_differ(what)} between {runs} as well as {fkey}"
+    sentence = f"{res.name} is confounded by {and_words(what)}, which {_differ(what)} between {runs} as well as {fkey}"
     if res.confounds:
         alone = [f"{k} alone ({', '.join(controlled[k])})" if controlled.get(k) else f"{k} alone (none selected)"
                  for k in [fkey, *res.confounds]]
-        sentence += f"; the controlled comparisons that separate them vary {_and(alone)}"
+        sentence += f"; the controlled comparisons that separate them vary {and_words(alone)}"
     return sentence + "."
 
 

@@ -2,13 +2,15 @@
 depth section's tables, from the aggregate and the study).
 
 A cell is a selected run: a variant (``model.norm``) at a depth (``model.encoder_layers``; the presets give the
-decoder as many) with or without warm-up. Per cell and epoch budget, over its seeds:
+decoder as many) with or without warm-up, at a learning rate (``optim.lr_max``). Per cell and epoch budget, over
+its seeds:
 
 - divergence: the seed's training stopped at a non-finite loss (or one above ``train.diverge_loss``: the
   trainer's one divergence rule, ``RunStatus.DIVERGED``);
 - failure: the report's failure rule (``budget.seed_fates``, stated by ``budget.failure_rule``) applied among the
-  runs of the same depth, so a seed is judged against the best cell at its own depth and budget (an 18-layer
-  seed is not failed for being worse than a 6-layer one);
+  runs of the same depth and lr_max, so a seed is judged against the best cell at its own depth, learning rate and
+  budget (an 18-layer seed is not failed for being worse than a 6-layer one, nor a seed at a smaller lr_max for
+  learning more slowly in the same epochs than one at a larger);
 - each rate with its Wilson 95% interval (statsmodels ``proportion_confint``), and the smallest difference of two
   rates the design resolves: the smallest |k1/n1 - k2/n2| whose Newcombe 95% interval of the difference
   (statsmodels ``confint_proportions_2indep``) excludes 0, at the design's seeds per cell.
@@ -16,12 +18,16 @@ decoder as many) with or without warm-up. Per cell and epoch budget, over its se
 Quality at the budget and the time to quality targets are given for the seeds that trained (``fate`` trained):
 "trains" and "trains fast" are separate statements. The time to a target is each seed's epoch, update count,
 training CPU time and wall-clock interpolated between its scored checkpoints (``answer.crossing``), the targets
-fractions (``analysis.report.quality_fractions``) of the best cell's final seed-mean BLEU at the same depth.
+fractions (``analysis.report.quality_fractions``) of the best cell's final seed-mean BLEU at the same depth
+(over every lr_max: one target for the cells of a depth, so that learning rates compare too).
 
 The claims of the references are directional (a difference of rates, or a rate against one half), judged by
-the claims table's status rules (``claims.status``); a question without a published answer (Pre-LN without its
-final LayerNorm: like Pre-LN or like Post-LN?) is measured and marked ``OPEN``. The confounds table lists what
-each variant changes beside the norm position (``lnrepro.norms.NormVariant.differences``).
+the claims table's status rules (``claims.status``) at each lr_max at which every cell a claim names is selected,
+one row per claim and lr_max (a rate's all-fail is never pooled with another rate's); a question without a
+published answer (Pre-LN without its final LayerNorm: like Pre-LN or like Post-LN?) is measured and marked
+``OPEN``. The section's finding (``finding``) says which variants trained at the deepest depth without warm-up, at
+each lr_max, and what their gradient at initialization predicted (Figure 3(c)'s exponent b). The confounds table
+lists what each variant changes beside the norm position (``lnrepro.norms.NormVariant.differences``).
 
 The section exists only when the selected runs have more than one depth (``Experiment.depths``).
 """
@@ -36,6 +42,7 @@ import pandas as pd
 
 from ...config.settings import Experiment, ReportSettings
 from ...norms import NORMS
+from ..numbers import interval, sig
 from ..stats import budget as bu
 from . import claims as cl
 from .answer import MEASURES, crossing
@@ -43,22 +50,34 @@ from ..results import SeedResults
 
 LEVEL = 0.95
 OPEN = "no published claim: measured only"
-RATE_COLUMNS = ["budget", "epoch", "run", "variant", "label", "depth", "warmup", "n_seeds", "n_with_fate",
+RATE_COLUMNS = ["budget", "epoch", "run", "variant", "label", "depth", "warmup", "lr_max", "n_seeds", "n_with_fate",
                 "n_diverged", "divergence_rate", "divergence_low", "divergence_high", "n_failed", "failure_rate",
                 "failure_low", "failure_high", "best_run_at_depth"]
-QUALITY_COLUMNS = ["run", "variant", "depth", "warmup", "metric", "n_trained", "mean", "std", "ci_low", "ci_high"]
-TIME_COLUMNS = ["run", "variant", "depth", "warmup", "metric", "fraction", "target", "n_trained", "n_reached",
+QUALITY_COLUMNS = ["run", "variant", "depth", "warmup", "lr_max", "metric", "n_trained", "mean", "std", "ci_low",
+                   "ci_high"]
+TIME_COLUMNS = ["run", "variant", "depth", "warmup", "lr_max", "metric", "fraction", "target", "n_trained", "n_reached",
                 *MEASURES, *(f"{m}_{e}" for m in MEASURES for e in ("low", "high"))]
 TEST_COLUMNS = ["run", "seed", "depth", "epoch", "test", "bleu_tok", "sacrebleu"]
 CONFOUND_COLUMNS = ["variant", "label", "final_norm", "runs", "differences"]
-CLAIM_COLUMNS = ["id", "claim", "source", "scale", "measured_as", "measured", "ci_low", "ci_high", "n_seeds", "status",
-                 "note"]
+CLAIM_COLUMNS = ["id", "lr_max", "claim", "source", "scale", "measured_as", "measured", "ci_low", "ci_high", "n_seeds",
+                 "status", "note"]
+KEYS = ("run", "variant", "depth", "warmup", "lr_max")  # a cell's columns in the quality and time tables
 
 
 def depth_of(experiment: Experiment, run: str) -> int:
     """A run's depth L: its encoder layers (the presets give the decoder as many; ``decoder_layers`` stays in
     the run facts)."""
     return experiment.runs[run].model.encoder_layers
+
+
+def lr_of(experiment: Experiment, run: str) -> float:
+    """A run's learning rate: its ``optim.lr_max``."""
+    return experiment.runs[run].optim.lr_max
+
+
+def learning_rates(experiment: Experiment) -> tuple[float, ...]:
+    """The selected runs' lr_max values, each once, in the order the selection first has them."""
+    return tuple(dict.fromkeys(lr_of(experiment, run) for run in experiment.select))
 
 
 def wilson(k: int, n: int, level: float = LEVEL) -> tuple[float, float, float]:
@@ -91,15 +110,21 @@ def smallest_resolved(n1: int, n2: int, level: float = LEVEL) -> float:
 
 
 def resolution_text(seeds: Sequence[int]) -> str:
-    """The smallest difference of two cells' rates the design resolves, in words (printed with the rates)."""
-    n = min(seeds) if seeds else 0
-    if n == 0:
+    """The smallest difference of two cells' rates the design resolves, in words (printed with the rates): for
+    each number of seeds a cell has (``seeds``: per cell, those without a seed left out), the largest first."""
+    counts = sorted({int(n) for n in seeds if n > 0}, reverse=True)
+    if not counts:
         return "no cell has a seed with a fate yet: no difference of rates is resolved"
+    return "; ".join(_resolution(n, single=len(counts) == 1) for n in counts)
+
+
+def _resolution(n: int, single: bool) -> str:
     d = smallest_resolved(n, n)
     lo, hi = wilson(0, n)[1:], wilson(n, n)[1:]
     what = (f"only a difference of {d:.2f} or more (e.g. {round(d * n)} of {n} seeds against 0 of {n})"
             if math.isfinite(d) else "no difference at all")
-    return (f"with {n} seeds per cell, {what} has a 95% interval (Newcombe) that excludes 0; a single cell's "
+    cells = "per cell" if single else "in both cells"
+    return (f"with {n} seeds {cells}, {what} has a 95% interval (Newcombe) that excludes 0; a single cell's "
             f"Wilson 95% interval is [{lo[0]:.2f}, {lo[1]:.2f}] for 0 of {n} and [{hi[0]:.2f}, {hi[1]:.2f}] for "
             f"{n} of {n}")
 
@@ -119,6 +144,7 @@ class Depth:
     resolution: str = ""
     rule: str = ""
     floor: float | None = None  # eval.valid_bleu_floor
+    finding: tuple[str, ...] = ()  # the section's opening sentences (``finding``)
 
     @property
     def shown(self) -> bool:
@@ -137,22 +163,28 @@ class Depth:
 def _cell(experiment: Experiment, run: str) -> dict[str, Any]:
     norm = experiment.runs[run].model.norm
     return {"run": run, "variant": norm, "label": NORMS[norm].label if norm in NORMS else norm,
-            "depth": depth_of(experiment, run), "warmup": experiment.runs[run].schedule.warmup}
+            "depth": depth_of(experiment, run), "warmup": experiment.runs[run].schedule.warmup,
+            "lr_max": lr_of(experiment, run)}
 
 
 def seed_fates_by_depth(epochs: pd.DataFrame, experiment: Experiment, at: Sequence[tuple[str, int]], split: str,
                         settings: ReportSettings) -> pd.DataFrame:
-    """``budget.seed_fates`` run among the runs of each depth: the best run is the best at the seed's own depth."""
+    """``budget.seed_fates`` run among the runs of each depth and lr_max: the best run is the best at the seed's
+    own depth and learning rate."""
     parts = []
     for depth in experiment.depths:
-        runs = [r for r in experiment.select if depth_of(experiment, r) == depth]
-        parts.append(bu.seed_fates(epochs, runs, at, split, settings).assign(depth=depth))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*bu.FATE_COLUMNS, "depth"])
+        for lr in learning_rates(experiment):
+            runs = [r for r in experiment.select if depth_of(experiment, r) == depth and lr_of(experiment, r) == lr]
+            if runs:
+                parts.append(bu.seed_fates(epochs, runs, at, split, settings).assign(depth=depth, lr_max=lr))
+    return (pd.concat(parts, ignore_index=True) if parts
+            else pd.DataFrame(columns=[*bu.FATE_COLUMNS, "depth", "lr_max"]))
 
 
 def rate_table(fates: pd.DataFrame, experiment: Experiment) -> pd.DataFrame:
-    """RATE_COLUMNS: per epoch budget and run, divergence and failure over the seeds with a fate (diverged,
-    stopped, did not train, trained), each with its Wilson 95% interval."""
+    """RATE_COLUMNS: per epoch budget and run (a variant, depth, warm-up setting and lr_max), divergence and
+    failure over the seeds with a fate (diverged, stopped, did not train, trained), each with its Wilson 95%
+    interval."""
     rows = []
     for (budget, epoch), at in fates.groupby(["budget", "epoch"], sort=False):
         for run in experiment.select:
@@ -186,7 +218,7 @@ def quality_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experim
             values = g[metric].dropna().astype(float).tolist() if metric in g else []
             mean, sd, lo, hi = bu.mean_interval(values, bounds=bu.BLEU_BOUNDS if bu.is_bleu(metric) else None)
             cell = _cell(experiment, run)
-            rows.append({**{k: cell[k] for k in ("run", "variant", "depth", "warmup")}, "metric": metric,
+            rows.append({**{k: cell[k] for k in KEYS}, "metric": metric,
                          "n_trained": len(values), "mean": mean, "std": sd, "ci_low": lo, "ci_high": hi})
     return pd.DataFrame(rows, columns=QUALITY_COLUMNS)
 
@@ -194,8 +226,9 @@ def quality_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experim
 def time_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experiment, budget: str, epoch: int,
                metric: str, fractions: Sequence[float]) -> pd.DataFrame:
     """TIME_COLUMNS: per run and target (each of ``fractions`` of the best run's final seed-mean ``metric`` at the
-    same depth, among the seeds that trained), the epochs, updates, training CPU time and wall-clock each trained seed
-    needs (``answer.crossing``), the mean over the seeds that reach it with its 95% t interval."""
+    same depth over every lr_max, among the seeds that trained), the epochs, updates, training CPU time and
+    wall-clock each trained seed needs (``answer.crossing``), the mean over the seeds that reach it with its 95% t
+    interval."""
     trained = _trained(fates, budget).merge(epochs, on=["run", "seed"])
     trained = trained[(trained["status"] == bu.OK) & trained[metric].notna()]
     rows = []
@@ -211,7 +244,7 @@ def time_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experiment
             for fraction in fractions:
                 hits = [crossing(c, metric, fraction * best, True)[0] for c in curves.values()]
                 reached = [h for h in hits if not math.isnan(h["epochs"])]
-                row = {**{k: cell[k] for k in ("run", "variant", "depth", "warmup")}, "metric": metric,
+                row = {**{k: cell[k] for k in KEYS}, "metric": metric,
                        "fraction": fraction, "target": fraction * best, "n_trained": len(curves),
                        "n_reached": len(reached)}
                 for m in MEASURES:
@@ -285,44 +318,81 @@ DEPTH_CLAIMS: tuple[dict[str, Any], ...] = (
 )
 
 
-def _cell_rate(rates: pd.DataFrame, norm: str, warmup: bool, depth: int) -> tuple[int, int, list[str]]:
-    """(failed, seeds with a fate, runs) of the cells of ``norm``, ``warmup`` at ``depth`` (pooled when several
-    runs are that cell: e.g. another learning rate; a claim is about all of them)."""
-    g = rates[(rates["variant"] == norm) & (rates["warmup"] == warmup) & (rates["depth"] == depth)]
+def _cell_rate(rates: pd.DataFrame, norm: str, warmup: bool, depth: int, lr: float | None
+               ) -> tuple[int, int, list[str]]:
+    """(failed, seeds with a fate, runs) of the cell ``norm``, ``warmup`` at ``depth`` and lr_max ``lr`` (pooled
+    when several runs are that cell, e.g. runs that differ in another setting; none when ``lr`` is None)."""
+    g = rates[(rates["variant"] == norm) & (rates["warmup"] == warmup) & (rates["depth"] == depth)
+              & (rates["lr_max"] == lr)] if lr is not None else rates.iloc[0:0]
     return int(g["n_failed"].sum()), int(g["n_with_fate"].sum()), g["run"].tolist()
+
+
+def _cell_words(cell: tuple[str, bool, str], depth: int) -> str:
+    """A claim's cell in words: "Post-LN without warm-up at 18 layers"."""
+    norm, warmup, _ = cell
+    return f"{cl.norm_label(norm)} {'with' if warmup else 'without'} warm-up at {depth} layers"
+
+
+def _claim_rates(rates: pd.DataFrame, cells: Sequence[tuple[str, bool, str]], pick: dict[str, int]
+                 ) -> tuple[list[float], str]:
+    """The lr_max values (in the rate table's order) at which every one of ``cells`` is selected, and, when there
+    is none, the note that says why."""
+    found = []
+    for norm, warmup, which in cells:
+        g = rates[(rates["variant"] == norm) & (rates["warmup"] == warmup) & (rates["depth"] == pick[which])]
+        found.append(list(dict.fromkeys(g["lr_max"])))
+    common = [lr for lr in found[0] if all(lr in f for f in found[1:])]
+    if common:
+        return common, ""
+    missing = [c for c, f in zip(cells, found) if not f]
+    if missing:
+        return [], f"no selected run is {_cell_words(missing[0], pick[missing[0][2]])}"
+    at = "; ".join(f"{_cell_words(c, pick[c[2]])} at lr_max {', '.join(sig(lr) for lr in f)}"
+                   for c, f in zip(cells, found))
+    return [], f"the cells compared are selected at no common lr_max: {at}"
 
 
 def claim_table(rates: pd.DataFrame, last: str, gradinit_fit: pd.DataFrame | None, levels: list[int]) -> pd.DataFrame:
     """CLAIM_COLUMNS: each of DEPTH_CLAIMS at the last-epoch budget ``last`` between the shallowest and deepest
-    of ``levels``, judged by ``claims.status`` (a directional claim: the 95% interval on the claimed side of 0),
-    plus Pre-LN without its final LayerNorm's exponent b at initialization against Pre-LN's and Post-LN's."""
+    of ``levels``, one row per lr_max at which every cell it names is selected (one row without a rate, its note
+    saying why, where there is no such lr_max), judged by ``claims.status`` (a directional claim: the 95% interval
+    on the claimed side of 0); plus Pre-LN without its final LayerNorm's exponent b at initialization against
+    Pre-LN's and Post-LN's."""
     at = rates[rates["budget"] == last]
     pick = {"shallow": levels[0], "deep": levels[-1]}
     rows = []
     for c in DEPTH_CLAIMS:
-        norm, warmup, which = c["cell"]
-        k, n, runs = _cell_rate(at, norm, warmup, pick[which])
-        if isinstance(c["than"], tuple):
-            n2, w2, which2 = c["than"]
-            k2, m, runs2 = _cell_rate(at, n2, w2, pick[which2])
-            value, lo, hi = rate_difference(k, n, k2, m)
-            measured_as = (f"failure rate of {' '.join(runs) or 'no run'} ({k}/{n}) minus that of "
-                           f"{' '.join(runs2) or 'no run'} ({k2}/{m}), Newcombe 95% interval")
-            seeds = f"{n}/{m}"
-        else:
-            rate, rlo, rhi = wilson(k, n)
-            value, lo, hi = rate - c["than"], rlo - c["than"], rhi - c["than"]
-            measured_as = (f"failure rate of {' '.join(runs) or 'no run'} ({k}/{n}) minus {c['than']:g}, Wilson "
-                           "95% interval")
-            seeds = str(n)
-        m_ = cl.Measured(value=value, ci_low=lo, ci_high=hi, n_seeds=n, measured_as=measured_as)
-        status = OPEN if c["side"] == 0 else cl.status({"kind": "directional", "side": c["side"]}, m_)
-        note = "" if runs else f"no selected run is this cell at {pick[which]} layers"
-        rows.append({"id": c["id"], "claim": c["claim"], "source": c["source"], "scale": c["scale"],
-                     "measured_as": measured_as, "measured": value, "ci_low": lo, "ci_high": hi, "n_seeds": seeds,
-                     "status": status, "note": note})
+        cells = [c["cell"], *([c["than"]] if isinstance(c["than"], tuple) else [])]
+        common, note = _claim_rates(at, cells, pick)
+        for lr in common or [None]:
+            rows.append(_claim_row(c, at, pick, lr, note))
     rows += _exponent_rows(gradinit_fit)
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
+
+
+def _claim_row(c: dict[str, Any], at: pd.DataFrame, pick: dict[str, int], lr: float | None, note: str
+               ) -> dict[str, Any]:
+    """One row of ``claim_table``: claim ``c`` at lr_max ``lr`` (None: at no rate, measured as nothing)."""
+    norm, warmup, which = c["cell"]
+    k, n, runs = _cell_rate(at, norm, warmup, pick[which], lr)
+    if isinstance(c["than"], tuple):
+        n2, w2, which2 = c["than"]
+        k2, m, runs2 = _cell_rate(at, n2, w2, pick[which2], lr)
+        value, lo, hi = rate_difference(k, n, k2, m)
+        measured_as = (f"failure rate of {' '.join(runs) or 'no run'} ({k}/{n}) minus that of "
+                       f"{' '.join(runs2) or 'no run'} ({k2}/{m}), Newcombe 95% interval")
+        seeds = f"{n}/{m}"
+    else:
+        rate, rlo, rhi = wilson(k, n)
+        value, lo, hi = rate - c["than"], rlo - c["than"], rhi - c["than"]
+        measured_as = (f"failure rate of {' '.join(runs) or 'no run'} ({k}/{n}) minus {c['than']:g}, Wilson "
+                       "95% interval")
+        seeds = str(n)
+    m_ = cl.Measured(value=value, ci_low=lo, ci_high=hi, n_seeds=n, measured_as=measured_as)
+    status = OPEN if c["side"] == 0 else cl.status({"kind": "directional", "side": c["side"]}, m_)
+    return {"id": c["id"], "lr_max": math.nan if lr is None else lr, "claim": c["claim"], "source": c["source"],
+            "scale": c["scale"], "measured_as": measured_as, "measured": value, "ci_low": lo, "ci_high": hi,
+            "n_seeds": seeds, "status": status, "note": note}
 
 
 def _exponent_rows(fit: pd.DataFrame | None) -> list[dict[str, Any]]:
@@ -338,11 +408,82 @@ def _exponent_rows(fit: pd.DataFrame | None) -> list[dict[str, Any]]:
     r = top.loc["pre_nofinal"]
     others = "; ".join(f"{NORMS[n].label} b = {top.loc[n, 'b']:.3f} [{top.loc[n, 'b_low']:.3f}, "
                        f"{top.loc[n, 'b_high']:.3f}]" for n in ("pre", "post") if n in top.index)
-    return [{"id": "depth_prenofinal_gradinit", "claim": "Pre-LN without its final LayerNorm at initialization: "
-             "its last decoder layer's W2 gradient against depth, like Pre-LN's (b = -0.5) or Post-LN's (b = 0)?",
+    return [{"id": "depth_prenofinal_gradinit", "lr_max": math.nan,
+             "claim": "Pre-LN without its final LayerNorm at initialization: its last decoder layer's W2 gradient "
+             "against depth, like Pre-LN's (b = -0.5) or Post-LN's (b = 0)?",
              "source": "no published number; Theorem 1 for Pre-LN and Post-LN", "scale": "",
              "measured_as": f"exponent b of the fit over depths ({r['depths']}); {others}", "measured": r["b"],
              "ci_low": r["b_low"], "ci_high": r["b_high"], "n_seeds": str(r["seeds"]), "status": OPEN, "note": ""}]
+
+
+def prediction(label: str, exponent: pd.Series | None) -> str:
+    """What ``label``'s gradient at initialization predicted for training without warm-up, from its Figure 3(c)
+    row (``gradinit_fit.headline``; None: not measured): a last decoder layer's W2 gradient that shrinks with
+    depth, its exponent b's interval below 0, as Pre-LN's does in Theorem 1, predicts training; one that does not
+    shrink, as Post-LN's does not, or grows, predicts a need for warm-up. One interval."""
+    said = f"{label}'s gradient at initialization"
+    if exponent is None:
+        return f"{said} was not measured."
+    b, lo, hi = (float(exponent[k]) for k in ("b", "b_low", "b_high"))
+    if not math.isfinite(b):
+        return (f"{said} predicted nothing: its last decoder layer's W2 gradient is exactly 0, so it has no "
+                "exponent b." if isinstance(exponent.get("note"), str) and exponent["note"]
+                else f"{said} predicted nothing: its exponent b was not fitted.")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{said} predicted nothing: its exponent b = {sig(b)} has no interval."
+    theory = float(exponent.get("theory_b", math.nan))
+    own = f", Theorem 1's being {sig(theory)}" if math.isfinite(theory) else ""  # Post-LN's and Pre-LN's own
+    like_pre, like_post = ", as Pre-LN's does in Theorem 1", ", as Post-LN's does not in Theorem 1"
+    if hi < 0:
+        return (f"{said} predicted training without warm-up: its last decoder layer's W2 gradient shrinks with "
+                f"depth, b = {interval(b, lo, hi)}{own or like_pre}.")
+    if lo > 0:
+        return (f"{said} predicted a need for warm-up: its last decoder layer's W2 gradient grows with depth, "
+                f"b = {interval(b, lo, hi)}{own}.")
+    return (f"{said} predicted a need for warm-up: its last decoder layer's W2 gradient does not shrink with depth, "
+            f"b = {interval(b, lo, hi)}{own or like_post}.")
+
+
+def finding(rates: pd.DataFrame, budget: str, gradinit_fit: pd.DataFrame | None, deepest: int) -> list[str]:
+    """The depth section's opening sentences, at ``budget`` and ``deepest`` layers without warm-up: per lr_max,
+    the variants with which most seeds trained and those with which most failed; then per variant its failure
+    rate at each lr_max with its Wilson 95% interval, and what its gradient at initialization predicted
+    (``prediction``). Words for variants, one interval a sentence."""
+    from ..stats.gradinit_fit import headline
+    from .confounds import and_words
+
+    at = rates[(rates["budget"] == budget) & (rates["depth"] == deepest) & ~rates["warmup"].astype(bool)]
+    if at.empty:
+        return [f"No run at {deepest} layers without warm-up is selected."]
+    epoch = int(at["epoch"].iloc[0])
+    cells = at.groupby(["variant", "lr_max"], sort=False).agg(
+        label=("label", "first"), k=("n_failed", "sum"), n=("n_with_fate", "sum")).reset_index()
+    out = []
+    for lr, g in cells.groupby("lr_max", sort=False):
+        share = [(r.k / r.n if r.n else math.nan, r.label) for r in g.itertuples()]
+        clauses = [f"{what} {and_words(labels)}" for what, labels in (
+            ("most seeds trained with", [lab for s, lab in share if s < 0.5]),
+            ("most failed with", [lab for s, lab in share if s > 0.5]),
+            ("half failed with", [lab for s, lab in share if s == 0.5]),
+            ("no seed has a fate yet with", [lab for s, lab in share if math.isnan(s)])) if labels]
+        out.append(f"Without warm-up at {deepest} layers and lr_max {sig(lr)}, at epoch {epoch}: "
+                   f"{'; '.join(clauses)}.")
+    top = None if gradinit_fit is None else headline(gradinit_fit).set_index("norm")
+    if top is None:
+        out.append("The gradient at initialization was not fitted: no prediction from it.")
+    order = [n for n in NORMS if n in set(cells["variant"])] + [n for n in dict.fromkeys(cells["variant"])
+                                                                 if n not in NORMS]
+    for norm in order:
+        g = cells[cells["variant"] == norm]
+        label = g["label"].iloc[0]
+        for r in g.itertuples():
+            rate, lo, hi = wilson(int(r.k), int(r.n))
+            out.append(f"{label} at {deepest} layers without warm-up and lr_max {sig(r.lr_max)}: "
+                       + (f"{int(r.n - r.k)} of {int(r.n)} seeds trained, a failure rate of {interval(rate, lo, hi)} "
+                          "by Wilson's 95% interval." if r.n else "no seed has a fate yet."))
+        if top is not None:
+            out.append(prediction(label, top.loc[norm] if norm in top.index else None))
+    return out
 
 
 def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experiment,
@@ -365,10 +506,12 @@ def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experi
                                    settings.quality_fractions),
         test=test_rows(seeds, experiment), claims=claim_table(rates, last, gradinit_fit, levels),
         confounds=confound_table(experiment), resolution=resolution_text([n for n in n_with if n > 0]),
-        rule=bu.failure_rule(settings) + "; here the best run is taken among the runs of the seed's own depth",
-        floor=experiment.eval.valid_bleu_floor)
+        rule=bu.failure_rule(settings) + "; here the best run is taken among the runs of the seed's own depth and "
+        "lr_max",
+        floor=experiment.eval.valid_bleu_floor, finding=tuple(finding(rates, last, gradinit_fit, levels[-1])))
 
 
 __all__ = ["Depth", "depth", "depth_of", "wilson", "rate_difference", "smallest_resolved",
            "resolution_text", "seed_fates_by_depth", "rate_table", "quality_table", "time_table", "test_rows",
-           "confound_table", "claim_table", "DEPTH_CLAIMS", "OPEN"]
+           "confound_table", "claim_table", "finding", "prediction", "learning_rates", "lr_of", "DEPTH_CLAIMS",
+           "OPEN"]
