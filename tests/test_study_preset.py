@@ -28,8 +28,8 @@ def test_study_preset_fixes_the_design() -> None:
 
 
 def test_endpoint_preset_is_the_end_point_design() -> None:
-    """presets/endpoint-cpu.yaml: Figure 4's pair trained longer than the grids, grids of three lr_max values with
-    the factorial's inside, Post-LN without warm-up at the paper's lr_max judged against Post-LN with warm-up at
+    """presets/endpoint-cpu.yaml: Figure 4's pair trained longer than the grids, grids of three lr_max values (and
+    those an extension added) with the factorial's inside, Post-LN without warm-up at the paper's lr_max judged against Post-LN with warm-up at
     that lr_max."""
     x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "endpoint-cpu.yaml"]))
     study = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "study-cpu.yaml"]))
@@ -48,4 +48,6 @@ def test_endpoint_preset_is_the_end_point_design() -> None:
     paper = ("postln_nowarmup_isqrt__lr_max=5.0e-4", "postln_warmup_isqrt__lr_max=5.0e-4")
     assert all(r in x.select and len(x.seeds_of(r)) == 3 for r in paper)
     assert dict(x.analysis.report.failure_reference) == {paper[0]: paper[1]}
-    assert len(x.select) == 2 + 3 + 3 + 2
+    extended = {name: len(x.grids[name].extended.get("optim.lr_max", ())) for name in ("tune_postln", "tune_preln")}
+    assert all(len(x.grids[n].values["optim.lr_max"]) == 3 + extended[n] for n in extended)
+    assert len(x.select) == 2 + sum(3 + n for n in extended.values()) + 2
