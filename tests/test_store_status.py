@@ -85,3 +85,43 @@ def test_a_part_counts_scoring_beside_training() -> None:
 
     assert part(status(None), 60, 1) == units
     assert part(status(300.0), 60, 1) == units[:1]
+
+
+def test_over_a_store_configfiles_that_extend_a_grid_list_the_extension(tmp_path: Path, monkeypatch) -> None:
+    """A store of the demo (no unit stored yet): its status lists the demo's units; with configfiles that add a value
+    under a grid's extended:, also the extension's, and the part's command names those configfiles; configfiles of
+    another study are refused by name."""
+    import yaml
+
+    from conftest import REPO
+    from lnrepro.config import experiment, load_config
+    from lnrepro.errors import LnReproError
+    from lnrepro.io import json_text
+    from lnrepro.paths import EXPERIMENT_JSON, STORE_CONFIG, STORE_INDEX
+    from lnrepro.store import Index
+    from lnrepro.store_status import command, report, status
+
+    monkeypatch.chdir(REPO)
+    config = load_config(["config.yaml", "presets/demo.yaml"])
+    store = tmp_path / "demo"
+    store.mkdir()
+    (store / EXPERIMENT_JSON).write_text(json_text(experiment(config).to_dict()))
+    (store / STORE_CONFIG).write_text(yaml.safe_dump(config))
+    (store / STORE_INDEX).write_text(Index("demo", ["presets/demo.yaml"], {}, {}, {}).text())
+    values = {"optim.lr_max": [1.5e-3, 6.0e-3, 1.2e-2], "schedule.warmup_updates": [140]}
+    ext = tmp_path / "extension.yaml"
+    ext.write_text(yaml.safe_dump({"grids": {"tune_postln": {"values": values, "extended": {"optim.lr_max": [1.2e-2]}}}}))
+    new_run = "postln_warmup_isqrt__lr_max=1.2e-2__warmup_updates=140"
+
+    plain = status(store)
+    assert new_run not in {u.run for u in plain.missing} and plain.configfiles == [str(store / STORE_CONFIG)]
+    grown = status(store, configfiles=["presets/demo.yaml", str(ext)])
+    assert {u.run for u in grown.missing} - {u.run for u in plain.missing} == {new_run}
+    assert grown.configfiles == ["presets/demo.yaml", str(ext)]
+    assert command(grown, grown.missing, 2).endswith(shlex.join(["--configfile", "presets/demo.yaml", str(ext)]))
+    assert "with the grid extensions of --configfile" in report(grown, None, 2)
+    assert status(store, configfiles=["presets/demo.yaml"]).configfiles == [str(store / STORE_CONFIG)]
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"defaults": {"optim": {"lr_max": 1.0e-3}}}))
+    with pytest.raises(LnReproError, match="another study.*optim"):
+        status(store, configfiles=["presets/demo.yaml", str(other)])

@@ -224,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     pu.add_argument("--configfile", nargs="+", metavar="FILE",
                     help="the --configfile layers the part was run with, merged over ./config.yaml (required for a "
                          "new store and for a part that extends a grid); the store keeps the merge as study.yaml. "
-                         "With --status and no store yet: the study's configfiles")
+                         "With --status and no store yet: the study's configfiles; with a store: layers that extend its "
+                         "grids (the extension's units are then listed)")
     pu.add_argument("--status", action="store_true",
                     help="list the units stored and missing, their training cost here, and a part's command; "
                          "before the first part (no store yet) with --configfile: the study they resolve to, its "

@@ -271,6 +271,16 @@ def _grown_by_extension(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return json_text(_study_settings(trimmed)) == json_text(_study_settings(old))
 
 
+def extension_of(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether experiment ``new`` is the study ``old`` grown by values added to its grids' ``extended:`` (False: the
+    same study); a ValueError naming the keys where they differ, where it is another study."""
+    if json_text(_study_settings(old)) == json_text(_study_settings(new)):
+        return False
+    if not _grown_by_extension(old, new):
+        raise ValueError(_differing_keys(old, new))
+    return True
+
+
 def _resolved_config(configfiles: list[str], part_experiment: dict[str, Any], results: Path) -> dict[str, Any]:
     """The merged config of ``config.yaml`` (of the working directory: the part's clone) and ``configfiles``,
     checked to resolve to the part's experiment.json."""
@@ -385,11 +395,11 @@ def _check_study(index: Index, store: Path, part: dict[str, Any], study: dict[st
         more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
         raise _refuse(store, f"the part's data or BPE differ from the study's ({', '.join(differ[:3])}{more}): "
                       "another corpus or vocabulary")
-    old = read_json(store / EXPERIMENT_JSON)
-    grown = json_text(_study_settings(old)) != json_text(_study_settings(part))
-    if grown and not _grown_by_extension(old, part):
+    try:
+        grown = extension_of(read_json(store / EXPERIMENT_JSON), part)
+    except ValueError as e:
         raise _refuse(store, f"the part's resolved settings ({EXPERIMENT_JSON}) differ from the study's, and not by "
-                      "a grid's extended: values: " + _differing_keys(old, part))
+                      f"a grid's extended: values: {e}") from None
     other = sorted(n for n in slices if n != EXPERIMENT_JSON and n in index.slices and index.slices[n] != slices[n])
     if other and not grown:
         raise _refuse(store, f"the part's configuration slices differ from the study's: {', '.join(other)}")

@@ -19,7 +19,8 @@ Before a study's first part there is no store: the study is then the one ``confi
 directory) and the given configfiles resolve to, every unit is missing, and the cost basis is **measured** here
 before anything is trained (``lnrepro.train.update_cost``: updates from the encoded train split of
 ``results/{exp}``, CPU-seconds per update timed on a few real updates per model shape). The part's command then
-names those configfiles.
+names those configfiles. So does it where the configfiles extend a stored study's grids (values added under a
+grid's ``extended:``): the study is then the grown one, its new units missing.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from .host import cpu_flags, host_key
 from .io import read_json
 from .paths import EXPERIMENT_JSON, STORE_CONFIG, Paths
 from .records import RunRecord, RunSummary
-from .store import Index, Unit, units_of
+from .store import Index, Unit, extension_of, units_of
 
 @dataclass(frozen=True)
 class StoredCost:
@@ -67,6 +68,7 @@ class Status:
     gradinit_missing: list[str]  # analysis tables the store lacks (gradinit.csv, gradinit_fit.csv), as result paths
     commits: list[str]  # the commits the stored units were trained at ([]: no store yet)
     configfiles: list[str]  # the part's --configfile layers: the store's study.yaml, or a first part's files
+    extended: bool = False  # the configfiles extend the stored study's grids (the part's command names them)
 
 
 def _stored_costs(store: Path, exp: Experiment, index: Index) -> list[StoredCost]:
@@ -85,8 +87,9 @@ def _stored_costs(store: Path, exp: Experiment, index: Index) -> list[StoredCost
 
 def status(store: Path, threads: int | None = None, configfiles: list[str] | None = None) -> Status:
     """The status of ``store``; this host's threads per training job default to the study's ``train_run``
-    resources (``study.yaml``). Where there is no store yet, the study of ``config.yaml`` and ``configfiles``
-    before its first part (``first_part_status``)."""
+    resources (``study.yaml``). Where ``configfiles`` extend the store's grids, the grown study's (its extension's
+    units missing, the part's command naming those configfiles). Where there is no store yet, the study of
+    ``config.yaml`` and ``configfiles`` before its first part (``first_part_status``)."""
     store = Path(store)
     index = Index.read(store)
     if index is None:
@@ -98,6 +101,10 @@ def status(store: Path, threads: int | None = None, configfiles: list[str] | Non
     exp = Experiment.read(store / EXPERIMENT_JSON)
     with open(store / STORE_CONFIG, encoding="utf-8") as f:
         config = yaml.safe_load(f)
+    extended = bool(configfiles) and _extends(store, configfiles)
+    if extended:
+        config = load_config(["config.yaml", *configfiles])
+        exp = experiment(config)
     threads = threads or resources(config, "train_run").threads
     units = units_of(exp)
     missing = [u for u in units if u.key not in index.units]
@@ -119,7 +126,18 @@ def status(store: Path, threads: int | None = None, configfiles: list[str] | Non
     gradinit = [t for t in _gradinit_tables(exp) if str(Path(t).relative_to(paths.root)) not in index.analysis]
     commits = sorted({str(e.get("git_commit")) for e in index.units.values()})
     return Status(store, exp, [u for u in units if u.key in index.units], missing, cost_s, score_s, words, gradinit,
-                  commits, [str(store / STORE_CONFIG)])
+                  commits, list(configfiles) if extended else [str(store / STORE_CONFIG)], extended)
+
+
+def _extends(store: Path, configfiles: list[str]) -> bool:
+    """Whether ``config.yaml`` and ``configfiles`` resolve to the store's study grown by grid extensions the store
+    does not record yet (its units then include the extension's); an error where they resolve to another study."""
+    new = experiment(load_config(["config.yaml", *configfiles]))
+    try:
+        return extension_of(read_json(store / EXPERIMENT_JSON), new.to_dict())
+    except ValueError as e:
+        raise LnReproError(f"config.yaml and --configfile {' '.join(configfiles)} resolve to another study than "
+                           f"{store}'s, and not by a grid's extended: values: {e}") from None
 
 
 def first_part_status(store: Path, configfiles: list[str], threads: int | None = None) -> Status:
@@ -247,7 +265,9 @@ def report(st: Status, minutes: float | None, cores: int) -> str:
     """The status as printed: stored and missing units, their cost, and the command of the next part."""
     n, k = len(st.stored) + len(st.missing), len(st.stored)
     lines = [f"{st.store}: study {st.experiment.name}, {k} of {n} units stored"
-             + ("" if st.commits else " (no store yet: the study of config.yaml and --configfile)")]
+             + ("" if st.commits else " (no store yet: the study of config.yaml and --configfile)")
+             + (" (with the grid extensions of --configfile, which the store records once a part of them is "
+                "published)" if st.extended else "")]
     lines += [f"  stored: {u}" for u in st.stored]
     lines += [f"  missing: {u} ({_cost_words([st.cost_s[u]], [st.score_s[u]])})" for u in st.missing]
     lines += [f"  gradinit: {Path(t).name} not stored" for t in st.gradinit_missing]
