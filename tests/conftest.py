@@ -42,6 +42,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(reason)
 
 
+# Fixtures that run a real (not dry-run) snakemake workflow: here, test_store.py, test_store_status.py, test_slurm.py.
+SNAKEMAKE_FIXTURES = frozenset({"demo_run", "demo_pair_run", "parts", "encoded", "slurm_run"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``snakemake`` every test that uses one of SNAKEMAKE_FIXTURES, directly or through another fixture."""
+    for item in items:
+        if SNAKEMAKE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.snakemake)
+
+
 def copy_repo(dest: Path) -> Path:
     """Copy the repository's tracked and untracked-but-not-ignored files (what a clean checkout has) to ``dest``."""
     files = subprocess.run(

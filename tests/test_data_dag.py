@@ -13,6 +13,8 @@ from fixtures_iwslt import build_iwslt_archive, serve
 from lnrepro.bpe import decode, load_spm
 from lnrepro.io import read_lines
 
+pytestmark = pytest.mark.snakemake  # each test runs the data stages through snakemake
+
 
 def _run_bpe_target(work: Path, preset: dict) -> Path:
     (work / "override.yaml").write_text(yaml.safe_dump(preset))

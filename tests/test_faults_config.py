@@ -193,6 +193,7 @@ def test_the_workflow_runs_from_another_folder(tmp_path: Path) -> None:
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
 
 
+@pytest.mark.snakemake
 def test_relative_paths_resolve_in_the_working_directory(tmp_path: Path) -> None:
     """From another folder, a relative --configfile and a relative archive path inside it are the working
     directory's; the data stages really run there (offline: the archive is the only source)."""

@@ -134,6 +134,7 @@ def assert_reads_as_results(probe: dict) -> None:
     assert screen["summary"] <= screen["answer"] <= screen["figure"] < FIRST_SCREEN[1], screen
 
 
+@pytest.mark.browser
 def test_report_opens_in_chromium_with_every_image(chromium: str, demo_run: DemoRun, served: str,
                                                    tmp_path: Path) -> None:
     probe, stderr = probe_page(chromium, served, tmp_path / "profile")
