@@ -178,6 +178,29 @@ def test_an_unpublished_part_says_so_and_a_missing_report_is_refused(tmp_path: P
         rr.update_readme(readme, missing, "results/depth-cpu/report", part="depth")
 
 
+def test_a_study_in_parts_says_how_far_its_store_has_grown(tmp_path: Path, monkeypatch) -> None:
+    """While a study's report is not published but its store holds units, the part says how many of how many
+    and which command lists the rest."""
+    from lnrepro.config import experiment, load_config
+    from lnrepro.io import json_text
+    from lnrepro.paths import EXPERIMENT_JSON
+    from lnrepro.store import Index, units_of
+
+    part = rr.PARTS["depth"]
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / part.store
+    store.mkdir(parents=True)
+    exp = experiment(load_config([REPO / "config.yaml", REPO / "presets" / "depth-cpu.yaml"]))
+    (store / EXPERIMENT_JSON).write_text(json_text(exp.to_dict()))
+    (store / "store.json").write_text(Index("depth-cpu", [], {}, {}, {}, {"a/seed1": {}, "b/seed1": {}}).text())
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{part.begin}\nold\n{part.end}\n", encoding="utf-8")
+    assert not rr.update_readme(readme, Path(part.published), part.published, part="depth")
+    text = readme.read_text(encoding="utf-8")
+    assert f"its store `published/depth-cpu/` holds 2 of its {len(units_of(exp))} units so far" in text
+    assert "`lnrepro publish --status published/depth-cpu`" in text
+
+
 def test_the_endpoint_part(report: Path) -> None:
     """The end-point part: answer.md's headline, quoted as written, then the headline figure and the link. The
     tables (equivalence, grids, tuned, judged seeds) stay in the report."""

@@ -5,10 +5,11 @@ Figure 4's pair (``endpoint``) and the depth study (``depth``), each between its
 sentences, the headline figure and a link to the report, which holds the full tables. ``lnrepro readme-results
 --part endpoint --report published/endpoint-cpu`` rewrites one part from that report's CSV tables (tables/*.csv,
 docs/outputs.md), or with its Answer's headline (answer.md's first paragraph) where the report has it; a part
-whose published folder does not exist yet says so. ``--check`` only compares and fails when the README differs
-(tests/test_readme_results.py runs it on each part). Every number in a part is a cell of one of those tables or
-a sentence of answer.md, formatted, never recomputed (the depth part's resolution sentence is
-``depth.resolution_text`` of the rate table's seed counts: arithmetic of the design, not of the results).
+whose published report does not exist yet says so, and how many units the study's store holds where it has one.
+``--check`` only compares and fails when the README differs (tests/test_readme_results.py runs it on each part).
+Every number in a part is a cell of one of those tables or a sentence of answer.md, formatted, never recomputed
+(the depth part's resolution sentence is ``depth.resolution_text`` of the rate table's seed counts: arithmetic of
+the design, not of the results).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import pandas as pd
 
 from ...errors import LnReproError
 from ...io import write_generated
-from ...paths import ANSWER_MD, PUBLISHED_REPORTS
+from ...config.settings import Experiment
+from ...paths import ANSWER_MD, EXPERIMENT_JSON, PUBLISHED_REPORTS, STORE_INDEX
+from ...store import Index, units_of
 from .. import DEPTH_FIGURES, FIGURES
 from ..numbers import sig
 
@@ -208,9 +211,21 @@ class Part:
         return PUBLISHED_REPORTS[self.name]
 
     @property
-    def not_published(self) -> str:
-        """The part's text while its published folder does not exist."""
-        return f"The {self.study} (`presets/{self.preset}.yaml`) has not been published yet.\n"
+    def store(self) -> str:
+        """The study's store, the published report's parent folder."""
+        return str(Path(self.published).parent)
+
+    def not_published(self, store: Path) -> str:
+        """The part's text while its report does not exist: how far the study's ``store`` has grown, where it
+        has one."""
+        line = f"The {self.study} (`presets/{self.preset}.yaml`) has not been published yet"
+        index = Index.read(store) if (store / STORE_INDEX).exists() else None
+        if index is None:
+            return line + ".\n"
+        n = len(units_of(Experiment.read(store / EXPERIMENT_JSON)))
+        return (f"{line}: it runs in parts, and its store `{self.store}/` holds {len(index.units)} of its {n} units "
+                f"so far; its report follows the last part (`lnrepro publish --status {self.store}` lists the "
+                "rest).\n")
 
     @property
     def begin(self) -> str:
@@ -244,11 +259,12 @@ def replace_section(readme_text: str, body: str, part: str = "study") -> str:
 
 def update_readme(readme: Path, report: Path, shown_as: str, check: bool = False, part: str = "study") -> bool:
     """Rewrite (or with ``check`` only compare) one generated part of the README; True when it was up to date.
-    The part's own published folder, while it does not exist, gives the line that says so."""
+    The part's own published report, while it does not exist, gives the line that says so (with its store's
+    progress)."""
     if (Path(report) / "tables").is_dir():
         body = results_markdown(report, shown_as, part)
     elif shown_as == PARTS[part].published and not Path(report).exists():
-        body = PARTS[part].not_published
+        body = PARTS[part].not_published(Path(report).parent)
     else:
         raise LnReproError(f"{report}: no report there (its tables/ folder is missing); a part is generated from a "
                            "published report, the study's results/{name}/report/ copied there")
