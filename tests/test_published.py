@@ -66,5 +66,5 @@ def test_the_readme_study_command_plans_the_whole_study(fresh_clone: Path, name:
     assert counts.get("make_report") == 1, counts
     trainings = sum(n for rule, n in counts.items() if rule.startswith("train_run"))
     assert trainings == sum(len(x.seeds_of(run)) for run in x.select), counts
-    stated = re.findall(rf"plans and runs the whole study,\s+(\d+)\s+jobs,\s+into\s+`results/{name}/`", readme)
+    stated = re.findall(rf"plans and runs the whole\s+study,\s+(\d+)\s+jobs,\s+into\s+`results/{name}/`", readme)
     assert stated == [str(counts.get("total"))], f"README.md says {stated} jobs, the dry run lists {counts}"
