@@ -101,10 +101,9 @@ def status(store: Path, threads: int | None = None, configfiles: list[str] | Non
     exp = Experiment.read(store / EXPERIMENT_JSON)
     with open(store / STORE_CONFIG, encoding="utf-8") as f:
         config = yaml.safe_load(f)
-    extended = bool(configfiles) and _extends(store, configfiles)
-    if extended:
-        config = load_config(["config.yaml", *configfiles])
-        exp = experiment(config)
+    grown = _grown(store, configfiles) if configfiles else None
+    if grown:
+        config, exp = grown
     threads = threads or resources(config, "train_run").threads
     units = units_of(exp)
     missing = [u for u in units if u.key not in index.units]
@@ -126,15 +125,17 @@ def status(store: Path, threads: int | None = None, configfiles: list[str] | Non
     gradinit = [t for t in _gradinit_tables(exp) if str(Path(t).relative_to(paths.root)) not in index.analysis]
     commits = sorted({str(e.get("git_commit")) for e in index.units.values()})
     return Status(store, exp, [u for u in units if u.key in index.units], missing, cost_s, score_s, words, gradinit,
-                  commits, list(configfiles) if extended else [str(store / STORE_CONFIG)], extended)
+                  commits, list(configfiles) if grown else [str(store / STORE_CONFIG)], grown is not None)
 
 
-def _extends(store: Path, configfiles: list[str]) -> bool:
-    """Whether ``config.yaml`` and ``configfiles`` resolve to the store's study grown by grid extensions the store
-    does not record yet (its units then include the extension's); an error where they resolve to another study."""
-    new = experiment(load_config(["config.yaml", *configfiles]))
+def _grown(store: Path, configfiles: list[str]) -> tuple[dict, Experiment] | None:
+    """The config and study ``config.yaml`` and ``configfiles`` resolve to where it is the store's grown by grid
+    extensions the store does not record yet (its units then include the extension's); None where it is the
+    store's own; an error where it is another study."""
+    config = load_config(["config.yaml", *configfiles])
+    new = experiment(config)
     try:
-        return extension_of(read_json(store / EXPERIMENT_JSON), new.to_dict())
+        return (config, new) if extension_of(read_json(store / EXPERIMENT_JSON), new.to_dict()) else None
     except ValueError as e:
         raise LnReproError(f"config.yaml and --configfile {' '.join(configfiles)} resolve to another study than "
                            f"{store}'s, and not by a grid's extended: values: {e}") from None
