@@ -46,11 +46,40 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 SNAKEMAKE_FIXTURES = frozenset({"demo_run", "demo_pair_run", "parts", "encoded", "slurm_run"})
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``snakemake`` every test that uses one of SNAKEMAKE_FIXTURES, directly or through another fixture."""
+    """Mark ``snakemake`` every test that uses one of SNAKEMAKE_FIXTURES, directly or through another fixture;
+    then group and order the tests for pytest-xdist (``xdist_groups``)."""
     for item in items:
         if SNAKEMAKE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.snakemake)
+    xdist_groups(items)
+
+
+# The whole demo, the longest fixture: its readers (several files) share one worker, so it runs once per session.
+SHARED_WORKER_FIXTURES = ("demo_run",)
+
+
+def xdist_groups(items: list[pytest.Item]) -> None:
+    """Put each test in an ``xdist_group`` (``--dist loadgroup`` sends a group to one worker whole): the readers of
+    a SHARED_WORKER_FIXTURES fixture in its own group, every other test in its file's (a file's module fixtures
+    are then made once). Sort the groups longest first, as far as known without timing: those fixtures' groups,
+    then the files with a real workflow run (``snakemake`` mark), then the rest, each in collection order; with
+    ``--no-loadscope-reorder`` the workers take them in this order, so the long runs start first and overlap."""
+    def group(item: pytest.Item) -> str:
+        shared = [f for f in SHARED_WORKER_FIXTURES if f in getattr(item, "fixturenames", ())]
+        return shared[0] if shared else item.nodeid.split("::", 1)[0]
+
+    groups = {item: group(item) for item in items}
+    with_runs = {groups[item] for item in items if item.get_closest_marker("snakemake")}
+
+    def rank(name: str) -> int:
+        return 0 if name in SHARED_WORKER_FIXTURES else 1 if name in with_runs else 2
+
+    for item, name in groups.items():
+        item.add_marker(pytest.mark.xdist_group(name))
+    first = {name: i for i, name in reversed(list(enumerate(groups.values())))}
+    items.sort(key=lambda item: (rank(groups[item]), first[groups[item]]))
 
 
 def copy_repo(dest: Path) -> Path:
@@ -87,7 +116,9 @@ class DemoRun:
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    """The demo preset's whole DAG, run once through the snakemake command line in a copy of the repository."""
+    """The demo preset's whole DAG, run once through the snakemake command line in a copy of the repository.
+    Slow by nature (the suite's longest fixture): it is the README's demo, 86 jobs with 24 trainings, run as a
+    user runs it; its readers share one xdist worker (``SHARED_WORKER_FIXTURES``)."""
     workdir = copy_repo(tmp_path_factory.mktemp("demo") / "repo")
     start = time.perf_counter()
     proc = snakemake(workdir, "--cores", "2", "--configfile", "presets/demo.yaml")

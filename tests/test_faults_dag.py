@@ -302,7 +302,8 @@ def _kill(pids) -> None:
 def test_sigkill_of_snakemake_then_unlock_and_rerun_incomplete_equals_a_clean_run(demo_pair_run, tmp_path):
     """Kill snakemake (only it) while its trainers run; they live on. ``--unlock`` and ``--rerun-incomplete``
     at once, the orphans still running: each rerun trainer waits for its state's lock, then writes the finished
-    training's outputs again; nothing is trained twice and every result equals the clean run's."""
+    training's outputs again; nothing is trained twice and every result equals the clean run's. Slow by nature:
+    the pair trains from nothing, killed mid-way, and its whole DAG runs again."""
     run = copy_run(demo_pair_run, tmp_path)
     workdir, exp = run.workdir.resolve(), run.exp_dir
     for d in [*exp.glob("runs/*"), exp / "report"]:  # untrained: every training, scoring, after warm-up, the report

@@ -71,7 +71,8 @@ def _failed_job_logs(workdir: Path, limit: int = 3, tail: int = 40) -> str:
 
 @pytest.fixture(scope="module")
 def slurm_run(slurm_cluster: SlurmCluster, tmp_path_factory) -> dict:  # noqa: F811
-    """DEMO_PAIR's DAG run through the SLURM profile in a fresh copy of the repository."""
+    """DEMO_PAIR's DAG run through the SLURM profile in a fresh copy of the repository. Slow by nature: every job
+    goes through a real cluster's sbatch, start-up and status polling, one after another where the DAG allows."""
     workdir = copy_repo(tmp_path_factory.mktemp("slurm") / "repo")
     cmd = [
         sys.executable, "-m", "snakemake",

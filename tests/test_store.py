@@ -74,7 +74,8 @@ def _jobs(log: str) -> dict[str, int]:
 def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One run of both seeds (``whole``), part one (seed 1, published into a new store), and part two, run in a
     fresh working directory from the command ``--status`` proposes and published; the store after each part
-    (``store1``, ``store``)."""
+    (``store1``, ``store``). Slow by nature: three workflow runs, each from a fresh copy of the repository (data,
+    BPE, trainings, scoring), as three parts on three machines would run."""
     import subprocess
     import sys
 

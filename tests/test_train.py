@@ -174,6 +174,8 @@ def _kill_after_checkpoint(proc: subprocess.Popen, last: Path, newer_than: float
 
 
 def test_resume_after_sigkill_is_bitwise_identical(reference, bpe_dir, tmp_path):
+    """A training killed after its first checkpoint resumes to the uninterrupted run's bits. Slow by nature: a
+    real trainer process is killed and a second one trains on to the end."""
     run = tmp_path / "run"
     cfg = write_config(tmp_path / "config.json")
     last = run / "state" / "last.pt"
