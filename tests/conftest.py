@@ -46,40 +46,54 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 SNAKEMAKE_FIXTURES = frozenset({"demo_run", "demo_pair_run", "parts", "encoded", "slurm_run"})
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark ``snakemake`` every test that uses one of SNAKEMAKE_FIXTURES, directly or through another fixture;
-    then group and order the tests for pytest-xdist (``xdist_groups``)."""
+    then order the tests for pytest-xdist (``order_for_workers``)."""
     for item in items:
         if SNAKEMAKE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.snakemake)
-    xdist_groups(items)
+    order_for_workers(items)
 
 
-# The whole demo, the longest fixture: its readers (several files) share one worker, so it runs once per session.
-SHARED_WORKER_FIXTURES = ("demo_run",)
+# The whole demo, the longest fixture, is made once per worker that runs a reader of it: its readers' files are one
+# unit of work (``pytest_xdist_make_scheduler``), so it runs once per session. A reader elsewhere fails collection.
+DEMO_RUN_FILES = ("tests/test_dag.py", "tests/test_report_browser.py")
 
 
-def xdist_groups(items: list[pytest.Item]) -> None:
-    """Put each test in an ``xdist_group`` (``--dist loadgroup`` sends a group to one worker whole): the readers of
-    a SHARED_WORKER_FIXTURES fixture in its own group, every other test in its file's (a file's module fixtures
-    are then made once). Sort the groups longest first, as far as known without timing: those fixtures' groups,
-    then the files with a real workflow run (``snakemake`` mark), then the rest, each in collection order; with
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: ``demo_run`` for DEMO_RUN_FILES, else its file (a file's module
+    fixtures are then made once)."""
+    path = nodeid.split("::", 1)[0]
+    return "demo_run" if path in DEMO_RUN_FILES else path
+
+
+def order_for_workers(items: list[pytest.Item]) -> None:
+    """Sort the units of work longest first, as far as known without timing: ``demo_run``, then the files with
+    a real workflow run (``snakemake`` mark), then the rest, each in collection order. With
     ``--no-loadscope-reorder`` the workers take them in this order, so the long runs start first and overlap."""
-    def group(item: pytest.Item) -> str:
-        shared = [f for f in SHARED_WORKER_FIXTURES if f in getattr(item, "fixturenames", ())]
-        return shared[0] if shared else item.nodeid.split("::", 1)[0]
+    strays = [i.nodeid for i in items if "demo_run" in getattr(i, "fixturenames", ()) and work_unit(i.nodeid) != "demo_run"]
+    if strays:
+        raise pytest.UsageError(f"demo_run read outside DEMO_RUN_FILES (tests/conftest.py): {strays}")
+    units = {item: work_unit(item.nodeid) for item in items}
+    with_runs = {units[item] for item in items if item.get_closest_marker("snakemake")}
+    first = {name: i for i, name in reversed(list(enumerate(units.values())))}
 
-    groups = {item: group(item) for item in items}
-    with_runs = {groups[item] for item in items if item.get_closest_marker("snakemake")}
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        name = units[item]
+        return (0 if name == "demo_run" else 1 if name in with_runs else 2), first[name]
 
-    def rank(name: str) -> int:
-        return 0 if name in SHARED_WORKER_FIXTURES else 1 if name in with_runs else 2
+    items.sort(key=rank)
 
-    for item, name in groups.items():
-        item.add_marker(pytest.mark.xdist_group(name))
-    first = {name: i for i, name in reversed(list(enumerate(groups.values())))}
-    items.sort(key=lambda item: (rank(groups[item]), first[groups[item]]))
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist's scope scheduling with ``work_unit`` as the scope: each unit goes to one worker whole."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return WorkUnits(config, log)
 
 
 def copy_repo(dest: Path) -> Path:
@@ -118,7 +132,7 @@ class DemoRun:
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """The demo preset's whole DAG, run once through the snakemake command line in a copy of the repository.
     Slow by nature (the suite's longest fixture): it is the README's demo, 86 jobs with 24 trainings, run as a
-    user runs it; its readers share one xdist worker (``SHARED_WORKER_FIXTURES``)."""
+    user runs it; its readers share one xdist worker (``DEMO_RUN_FILES``)."""
     workdir = copy_repo(tmp_path_factory.mktemp("demo") / "repo")
     start = time.perf_counter()
     proc = snakemake(workdir, "--cores", "2", "--configfile", "presets/demo.yaml")
