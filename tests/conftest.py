@@ -76,13 +76,8 @@ def order_for_workers(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"demo_run read outside DEMO_RUN_FILES (tests/conftest.py): {strays}")
     units = {item: work_unit(item.nodeid) for item in items}
     with_runs = {units[item] for item in items if item.get_closest_marker("snakemake")}
-    first = {name: i for i, name in reversed(list(enumerate(units.values())))}
-
-    def rank(item: pytest.Item) -> tuple[int, int]:
-        name = units[item]
-        return (0 if name == "demo_run" else 1 if name in with_runs else 2), first[name]
-
-    items.sort(key=rank)
+    # A stable sort by kind alone: a file's tests are contiguous in collection order, and stay so.
+    items.sort(key=lambda item: 0 if units[item] == "demo_run" else 1 if units[item] in with_runs else 2)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
