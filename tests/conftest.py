@@ -55,29 +55,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     order_for_workers(items)
 
 
-# The whole demo, the longest fixture, is made once per worker that runs a reader of it: its readers' files are one
-# unit of work (``pytest_xdist_make_scheduler``), so it runs once per session. A reader elsewhere fails collection.
-DEMO_RUN_FILES = ("tests/test_dag.py", "tests/test_report_browser.py")
+# The two shared runs (``demo_run``, ``demo_pair_run``) are each made once per worker that runs a reader of it: a run's
+# reader files are one unit of work (``pytest_xdist_make_scheduler``), so each runs once per session. A reader elsewhere
+# fails collection.
+SHARED_RUN_FILES: dict[str, tuple[str, ...]] = {
+    "demo_run": ("tests/test_dag.py", "tests/test_report_browser.py"),
+    "demo_pair_run": ("tests/test_faults_dag.py", "tests/test_faults_outputs.py", "tests/test_faults_records.py",
+                      "tests/test_faults_report.py", "tests/test_host.py", "tests/test_slurm.py"),
+}
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: ``demo_run`` for DEMO_RUN_FILES, else its file (a file's module
-    fixtures are then made once)."""
+    """The unit of work a test belongs to: the shared run its file reads (SHARED_RUN_FILES), else its file (a
+    file's module fixtures are then made once)."""
     path = nodeid.split("::", 1)[0]
-    return "demo_run" if path in DEMO_RUN_FILES else path
+    return next((run for run, files in SHARED_RUN_FILES.items() if path in files), path)
 
 
 def order_for_workers(items: list[pytest.Item]) -> None:
-    """Sort the units of work longest first, as far as known without timing: ``demo_run``, then the files with
-    a real workflow run (``snakemake`` mark), then the rest, each in collection order. With
+    """Sort the units of work longest first, as far as known without timing: the shared runs' units, then the
+    files with a real workflow run (``snakemake`` mark), then the rest, each in collection order. With
     ``--no-loadscope-reorder`` the workers take them in this order, so the long runs start first and overlap."""
-    strays = [i.nodeid for i in items if "demo_run" in getattr(i, "fixturenames", ()) and work_unit(i.nodeid) != "demo_run"]
+    strays = [item.nodeid for item in items for run in SHARED_RUN_FILES
+              if run in getattr(item, "fixturenames", ()) and work_unit(item.nodeid) != run]
     if strays:
-        raise pytest.UsageError(f"demo_run read outside DEMO_RUN_FILES (tests/conftest.py): {strays}")
+        raise pytest.UsageError(f"a shared run read outside its SHARED_RUN_FILES (tests/conftest.py): {strays}")
     units = {item: work_unit(item.nodeid) for item in items}
     with_runs = {units[item] for item in items if item.get_closest_marker("snakemake")}
+    order = {run: i for i, run in enumerate(SHARED_RUN_FILES)}
     # A stable sort by kind alone: a file's tests are contiguous in collection order, and stay so.
-    items.sort(key=lambda item: 0 if units[item] == "demo_run" else 1 if units[item] in with_runs else 2)
+    items.sort(key=lambda item: order.get(units[item], len(order) + (units[item] not in with_runs)))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
@@ -123,28 +130,35 @@ class DemoRun:
     log: str
 
 
+# The layer every end-to-end run of a preset adds (tests/dag_shape.yaml): each job of the preset's DAG, on half the
+# demo's corpus. DEMO: the demo preset's DAG with it, as ``demo_run`` runs it.
+DAG_SHAPE = "tests/dag_shape.yaml"
+DEMO: tuple[str, ...] = ("presets/demo.yaml", DAG_SHAPE)
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    """The demo preset's whole DAG, run once through the snakemake command line in a copy of the repository.
-    Slow by nature (the suite's longest fixture): it is the README's demo, 86 jobs with 24 trainings, run as a
-    user runs it; its readers share one xdist worker (``DEMO_RUN_FILES``)."""
+    """The demo preset's whole DAG (DEMO: each of the README demo's 86 jobs, 24 trainings among them, on the
+    DAG-shape layer), run once through the snakemake command line in a copy of the repository. Slow by nature
+    (the suite's longest fixture); its readers share one xdist worker (SHARED_RUN_FILES)."""
     workdir = copy_repo(tmp_path_factory.mktemp("demo") / "repo")
     start = time.perf_counter()
-    proc = snakemake(workdir, "--cores", "2", "--configfile", "presets/demo.yaml")
+    proc = snakemake(workdir, "--cores", "2", "--configfile", *DEMO)
     wall = time.perf_counter() - start
     print(f"\ndemo DAG: {wall:.1f} s wall-clock")
     return DemoRun(workdir=workdir, exp_dir=workdir / "results" / "demo", wall_s=wall, log=proc.stderr)
 
 
-# A two-run, two-epoch selection of the demo (tests/demo_pair.yaml layered on the demo preset): every stage in
-# about a minute, for tests that run the pipeline end to end (tests/test_faults_dag.py, tests/test_slurm.py).
-DEMO_PAIR: tuple[str, ...] = ("presets/demo.yaml", "tests/demo_pair.yaml")
+# A two-run, two-epoch selection of the demo (tests/demo_pair.yaml layered on DEMO): every stage in well under a
+# minute, for tests that run the pipeline end to end (tests/test_faults_dag.py, tests/test_slurm.py).
+DEMO_PAIR: tuple[str, ...] = (*DEMO, "tests/demo_pair.yaml")
 
 
 @pytest.fixture(scope="session")
 def demo_pair_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """DEMO_PAIR's whole DAG, run once through the snakemake command line in a copy of the repository. Tests
-    read it; a test that changes it works on a copy (``copy_run``)."""
+    read it; a test that changes it works on a copy (``copy_run``); its readers share one xdist worker
+    (SHARED_RUN_FILES)."""
     workdir = copy_repo(tmp_path_factory.mktemp("demo_pair") / "repo")
     start = time.perf_counter()
     proc = snakemake(workdir, "--cores", "2", "--configfile", *DEMO_PAIR)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from conftest import REPO, DemoRun, snakemake
+from conftest import DEMO, REPO, DemoRun, snakemake
 from lnrepro.analysis import FIGURES
 from lnrepro import config as cfg
 from lnrepro.config import Experiment
@@ -57,6 +57,15 @@ def test_report_has_one_bleu_per_run_per_epoch(demo_run: DemoRun) -> None:
         assert run_rows["valid_bleu_tok"].notna().all(), run
 
 
+def test_the_readme_counts_the_jobs_and_trainings_the_demo_ran(demo_run: DemoRun) -> None:
+    """The README's demo paragraph names the demo's jobs, its trainings and Snakemake's last line; the demo's
+    DAG ran exactly those."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    jobs, trainings = re.search(r"It plans (\d+) jobs \((\d+) trainings", readme).groups()
+    assert f"{jobs} of {jobs} steps (100%) done" in readme and f"{jobs} of {jobs} steps (100%) done" in demo_run.log
+    assert len(list(demo_run.exp_dir.glob("runs/*/seed*/summary.json"))) == int(trainings)
+
+
 def test_every_epoch_was_scored(demo_run: DemoRun) -> None:
     x = _demo(demo_run)
     for run, seed in ((run, seed) for run in x.select for seed in x.seeds_of(run)):
@@ -76,7 +85,7 @@ def test_confounds_flag_figure4_schedule(demo_run: DemoRun) -> None:
 
 
 def test_second_invocation_has_nothing_to_do(demo_run: DemoRun) -> None:
-    proc = snakemake(demo_run.workdir, "-n", "--configfile", "presets/demo.yaml")
+    proc = snakemake(demo_run.workdir, "-n", "--configfile", *DEMO)
     assert re.search(r"Nothing to be done", proc.stdout + proc.stderr), proc.stdout + proc.stderr
 
 
@@ -134,7 +143,7 @@ def test_changing_one_splits_epochs_rescores_only_its_checkpoints(demo_run: Demo
     training."""
     layer = tmp_path / "test_last.yaml"
     layer.write_text("defaults: {eval: {splits: {test: {epochs: last}}}}\n")
-    proc = snakemake(demo_run.workdir, "-n", "--configfile", "presets/demo.yaml", str(layer))
+    proc = snakemake(demo_run.workdir, "-n", "--configfile", *DEMO, str(layer))
     jobs = _jobs(proc.stdout + proc.stderr)
     rules = {rule for rule, _ in jobs}
     assert "train_run" not in rules and "score_checkpoint" not in rules, sorted(rules)

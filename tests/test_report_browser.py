@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DemoRun, snakemake
+from conftest import DEMO, DemoRun, snakemake
 from lnrepro.analysis import FIGURES
 
 REQUIRE_CHROMIUM_ENV = "LNREPRO_REQUIRE_CHROMIUM"
@@ -149,7 +149,7 @@ def test_report_opens_in_chromium_with_every_image(chromium: str, demo_run: Demo
 
 def test_snakemake_report_has_every_figure(demo_run: DemoRun, tmp_path: Path) -> None:
     out = tmp_path / "snakemake-report.html"
-    snakemake(demo_run.workdir, "--report", str(out), "--configfile", "presets/demo.yaml")
+    snakemake(demo_run.workdir, "--report", str(out), "--configfile", *DEMO)
     text = out.read_text(encoding="utf-8")
     missing = [f for f in FIGURES.values() if f not in text]
     assert missing == [], f"snakemake --report lacks {missing}"

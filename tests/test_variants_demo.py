@@ -1,7 +1,7 @@
 """presets/variants-demo.yaml, a layer on the demo preset: B2T, Sandwich-LN and DyT each with and without warm-up
 beside Post-LN's and Pre-LN's same arms, two seeds; gradinit measures the variants the layer lists. The dry run
 lists its jobs; every stage of its DAG runs through the snakemake command line, at one seed and two epochs
-(``SHORT``: the DAG's shape, each variant trained, scored, measured and reported, in a third of the time)."""
+(``SHORT``) on the DAG-shape layer (conftest.DAG_SHAPE): each variant trained, scored, measured and reported."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import REPO, copy_repo, snakemake
+from conftest import DAG_SHAPE, REPO, copy_repo, snakemake
 from lnrepro import config as cfg
 
 LAYERS = ("presets/demo.yaml", "presets/variants-demo.yaml")
@@ -47,7 +47,7 @@ def test_the_preset_runs_through_snakemake(tmp_path):
     report, through the snakemake command line."""
     workdir = copy_repo(tmp_path / "repo")
     (workdir / "short.yaml").write_text(SHORT)
-    snakemake(workdir, "--cores", "2", "--configfile", *LAYERS, "short.yaml")
+    snakemake(workdir, "--cores", "2", "--configfile", *LAYERS, DAG_SHAPE, "short.yaml")
     exp = workdir / "results" / "variants-demo"
     gradinit = pd.read_csv(exp / "analysis" / "gradinit.csv")
     assert list(dict.fromkeys(gradinit["norm"])) == ["post", "pre", "tfixup", "resi_dual", "b2t", "sandwich", "dyt"]
