@@ -86,3 +86,17 @@ def test_runs_judged_against_a_reference_in_words(data):
     [said] = hl.references(d)
     assert said.startswith("At lr_max ") and ", Post-LN without warm-up trained in 1 of 2 seeds, judged against " \
         "Post-LN with warm-up at the same lr_max" in said
+
+
+def test_a_ratio_whose_interval_reaches_1_is_not_clearly_faster(data):
+    """The middle target's ratio of epochs with an upper bound at or above 1: "Not clearly", with the interval."""
+    t = data.answer.time_to_quality.copy()
+    head = ((t["pair"] == hl.FIGURE4) & (t["arm"] == "ratio") & (t["metric"] == f"{data.agg.split}_bleu_tok")
+            & (t["fraction"] == hl.middle_fraction(data.answer.settings)))
+    assert head.sum() == 1
+    t.loc[head, ["status", "epochs", "epochs_low", "epochs_high"]] = [hl.REACHED, 0.9, 0.7, 1.2]
+    d = dataclasses.replace(data, answer=dataclasses.replace(data.answer, time_to_quality=t))
+    said = hl.speed(d)
+    assert said.startswith("Not clearly: to reach 75% of the lower arm's final validation BLEU")
+    assert "Pre-LN without warm-up needs 0.9 of the epochs Post-LN with warm-up needs" in said
+    assert said.endswith("a ratio whose interval does not lie below 1.")
