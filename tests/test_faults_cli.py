@@ -36,3 +36,23 @@ def test_a_bad_thread_count_is_one_usage_error(command: str, value: str, expecte
 def test_a_negative_download_size_is_one_usage_error() -> None:
     proc = lnrepro("download", "--out", "x", "--size", "-1")
     assert proc.returncode == 2 and "argument --size: expected at least 0, got -1" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("command, again", [
+    (["train", *COMMANDS["train"]], "training resumes from its last saved state"),
+    (["prepare", *COMMANDS["prepare"]], "it writes what is missing"),
+])
+def test_ctrl_c_in_a_stage_is_one_line_and_the_shells_status(command: list[str], again: str, monkeypatch,
+                                                              capsys) -> None:
+    """Ctrl-C inside any stage (here raised by the stage itself, in this process) ends ``main`` with status 130 and
+    one line that says how a rerun goes on; tests/test_faults_train.py sends a real SIGINT to a training."""
+    from lnrepro import cli
+
+    def interrupted(args) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, f"_{command[0]}", interrupted)
+    assert cli.main(command) == cli.INTERRUPTED == 130
+    err = capsys.readouterr().err
+    assert err == (f"lnrepro {command[0]}: interrupted; the files written so far are whole: rerun the same command "
+                   f"({again})\n")
