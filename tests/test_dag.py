@@ -62,7 +62,8 @@ def test_the_readme_counts_the_jobs_and_trainings_the_demo_ran(demo_run: DemoRun
     DAG ran exactly those."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     jobs, trainings = re.search(r"It plans (\d+) jobs \((\d+) trainings", readme).groups()
-    assert f"{jobs} of {jobs} steps (100%) done" in readme and f"{jobs} of {jobs} steps (100%) done" in demo_run.log
+    done = f"{jobs} of {jobs} steps (100%) done"
+    assert done in readme and done in demo_run.log
     assert len(list(demo_run.exp_dir.glob("runs/*/seed*/summary.json"))) == int(trainings)
 
 
