@@ -130,8 +130,8 @@ class DemoRun:
     log: str
 
 
-# The layer every end-to-end run of a preset adds (tests/dag_shape.yaml): each job of the preset's DAG, on half the
-# demo's corpus. DEMO: the demo preset's DAG with it, as ``demo_run`` runs it.
+# The layer every end-to-end run of a preset adds (tests/dag_shape.yaml): each job of the preset's DAG, on a quarter
+# of the demo's corpus. DEMO: the demo preset's DAG with it, as ``demo_run`` runs it.
 DAG_SHAPE = "tests/dag_shape.yaml"
 DEMO: tuple[str, ...] = ("presets/demo.yaml", DAG_SHAPE)
 
