@@ -28,7 +28,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     tmp = tmp_path_factory.mktemp("bench")
     out = tmp / "bench.json"
     profile = tmp / "profile"
-    run_bench(["--quick", "--data", "synthetic", "--cache", str(tmp / "cache"), "--out", str(out),
+    run_bench(["--quick", "--reps", "1", "--data", "synthetic", "--cache", str(tmp / "cache"), "--out", str(out),
                "--profile", str(profile)])
     return json.loads(out.read_text()), str(profile)
 
