@@ -32,11 +32,6 @@ PRESET = "presets/demo.yaml"  # the resources: its rules are sized here
 # account, small memory requests (the node may be a small CI machine; SLURM does not enforce
 # memory here), fast status polling, and no retries (a failure should show at once, not be
 # retried away). Threads are NOT overridden: the results must equal the local run's.
-# The first status check of a batch of jobs comes after STATUS_CHECK_S; each check that finds none finished
-# waits 10 s longer than the last (the executor's rule). A data or BPE job here ends about 5 s after its
-# submission (2-3 s of it SLURM's start), so a first check at 6 s finds it done; at 2 s it found nothing and
-# the next came 12 s later.
-STATUS_CHECK_S = 6
 TEST_MEM_MB = 256
 SNAKEMAKE_TIMEOUT_S = 1200  # the selection takes minutes; a stuck cluster should fail well within CI's budget
 
@@ -47,7 +42,7 @@ def _test_overrides(workdir: Path) -> list[str]:
         "--default-resources", f"slurm_partition={PARTITION}", f"mem_mb={TEST_MEM_MB}",
         "--set-resources", *[f"{rule}:mem_mb={TEST_MEM_MB}" for rule in rules],
         "--slurm-no-account",
-        "--slurm-init-seconds-before-status-checks", str(STATUS_CHECK_S),
+        "--slurm-init-seconds-before-status-checks", "2",
         "--latency-wait", "10",
         "--retries", "0",
     ]
