@@ -118,11 +118,11 @@ def test_a_failed_or_missing_arm_is_not_tested():
 
 
 def test_one_seed_gives_no_interval_and_no_verdict_beyond_undetermined():
-    r = table(epochs_table(30.0, seeds=1)).loc["valid_bleu_tok"]
+    t = table(epochs_table(30.0, seeds=1))
+    r = t.loc["valid_bleu_tok"]
     assert r["verdict"] == eq.UNDETERMINED and math.isnan(r["ci90_low"]) and "fewer than two seeds" in r["note"]
     assert math.isnan(r["half_width_90"])
-    row = table(epochs_table(30.0, seeds=1)).reset_index().iloc[0]
-    assert eq.resolution_sentence(row).endswith(": too few seeds for an interval.")
+    assert eq.resolution_sentence(t.reset_index().iloc[0]).endswith(": too few seeds for an interval.")
 
 
 def test_sentences_state_the_resolution_first():
