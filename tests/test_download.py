@@ -15,7 +15,7 @@ from conftest import REPO
 from fixtures_iwslt import FixtureArchive, build_iwslt_archive, closed_port, serve
 from lnrepro.cli import build_parser
 from lnrepro.data.download import fetch
-from lnrepro.data.registry import DATASETS
+from lnrepro.data.registry import datasets
 from lnrepro.errors import LnReproError
 
 KEY = "defaults.data.iwslt14.md5"
@@ -140,7 +140,7 @@ def test_dataset_downloads_are_download_command_lines() -> None:
     """Each dataset's files (config.yaml's section) become the `lnrepro download` options fetch_archive runs."""
     data = yaml.safe_load((REPO / "config.yaml").read_text())["defaults"]["data"]
     names = []
-    for name, module in DATASETS.items():
+    for name, module in datasets().items():
         for d in module.downloads(data[name]):
             a = build_parser().parse_args(["download", *d.cli_args(), "--out", f"results/downloads/{d.name}"])
             assert (a.url, getattr(a, d.algorithm), a.size, a.checksum_key) == (list(d.urls), d.checksum, d.size,

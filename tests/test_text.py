@@ -4,44 +4,45 @@ from __future__ import annotations
 
 import sacremoses
 
+from lnrepro.data import moses
 from lnrepro.data import text as T
 
 
 def test_sacremoses_version_is_the_verified_one():
     # The final-period rule and the dev2010 fidelity (887/887) were verified with this version only.
-    assert sacremoses.__version__ == T.SACREMOSES_VERSION == "0.2.0"
+    assert sacremoses.__version__ == moses.SACREMOSES_VERSION == "0.2.0"
 
 
 def test_final_period_of_a_line_is_split_unconditionally():
-    de, en = T.make_tokenizer("de"), T.make_tokenizer("en")
+    de, en = moses.make_tokenizer("de"), moses.make_tokenizer("en")
     # Abbreviations and ordinals at the end of a line lose their period (tokenizer.perl of fairseq's days) ...
-    assert T.tokenize_line(de, "Das sind Gesichter usw.") == "Das sind Gesichter usw ."
-    assert T.tokenize_line(de, "Straßen in den U.S.A.") == "Straßen in den U.S.A ."
-    assert T.tokenize_line(de, "wie in den vorhergegangenen 75.") == "wie in den vorhergegangenen 75 ."
-    assert T.tokenize_line(en, "at U.W.") == "at U.W ."
+    assert moses.tokenize_line(de, "Das sind Gesichter usw.") == "Das sind Gesichter usw ."
+    assert moses.tokenize_line(de, "Straßen in den U.S.A.") == "Straßen in den U.S.A ."
+    assert moses.tokenize_line(de, "wie in den vorhergegangenen 75.") == "wie in den vorhergegangenen 75 ."
+    assert moses.tokenize_line(en, "at U.W.") == "at U.W ."
     # ... while inside a line the nonbreaking-prefix rules are unchanged.
-    assert T.tokenize_line(de, "Das ist z.B. gut.") == "Das ist z.B. gut ."
-    assert T.tokenize_line(en, "Mr. Smith went to the U.S. yesterday.") == "Mr. Smith went to the U.S. yesterday ."
+    assert moses.tokenize_line(de, "Das ist z.B. gut.") == "Das ist z.B. gut ."
+    assert moses.tokenize_line(en, "Mr. Smith went to the U.S. yesterday.") == "Mr. Smith went to the U.S. yesterday ."
     # Multi-dots stay together.
-    assert T.tokenize_line(en, "Wait...") == "Wait ..."
+    assert moses.tokenize_line(en, "Wait...") == "Wait ..."
 
 
 def test_moses_escaping_and_apostrophes():
-    en = T.make_tokenizer("en")
-    assert T.tokenize_line(en, 'He said "it\'s <b> & | [x]"') == (
+    en = moses.make_tokenizer("en")
+    assert moses.tokenize_line(en, 'He said "it\'s <b> & | [x]"') == (
         "He said &quot; it &apos;s &lt; b &gt; &amp; &#124; &#91; x &#93; &quot;")
 
 
 def test_blank_lines_pass_through_unchanged():
-    de = T.make_tokenizer("de")
-    assert T.tokenize_line(de, "") == ""
-    assert T.tokenize_line(de, "   ") == "   "
+    de = moses.make_tokenizer("de")
+    assert moses.tokenize_line(de, "") == ""
+    assert moses.tokenize_line(de, "   ") == "   "
 
 
 def test_process_pool_gives_the_same_output_in_order():
     lines = [f"Zeile {i}: Hallo, Welt usw." for i in range(9)] + ["", "Ende."]
-    one = T.tokenize_lines(lines, "de", threads=1)
-    assert T.tokenize_lines(lines, "de", threads=2, chunk_size=2) == one
+    one = moses.tokenize_lines(lines, "de", threads=1)
+    assert moses.tokenize_lines(lines, "de", threads=2, chunk_size=2) == one
     assert one[0] == "Zeile 0 : Hallo , Welt usw ."
 
 
@@ -73,3 +74,13 @@ def test_clean_corpus_factored_flag_and_word_length():
     assert r.kept == [] and r.dropped["word_too_long"] == 1
     r = T.clean_corpus(["a b c"], ["a"], min_len=2)
     assert r.dropped["too_short"] == 1
+
+
+def test_the_dataset_registry_loads_no_tokenizer():
+    """Every snakemake start reads the registry (workflow/rules/data.smk): sacremoses, whose import compiles its
+    regular expressions, comes only with a preparation that tokenizes."""
+    import subprocess
+    import sys
+
+    code = "import sys, lnrepro.data.registry; assert 'sacremoses' not in sys.modules, 'sacremoses imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,6 +1,6 @@
 """Preparation: lines/s of the Moses tokenization stage, one process against all cores.
 
-Tokenization (lnrepro.data.text.tokenize_lines: sacremoses plus fairseq's final-period rule) is what the
+Tokenization (lnrepro.data.moses.tokenize_lines: sacremoses plus fairseq's final-period rule) is what the
 IWSLT14 preparation spends its time on, with ``threads`` worker processes. Input: IWSLT14-sized, about 170k
 German lines from the synthetic generator (the IWSLT training text itself is not redistributable), written
 once to the cache.
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ..data.synthetic import generate
-from ..data.text import tokenize_lines
+from ..data.moses import tokenize_lines
 from ..io import atomic_write_lines, read_lines
 from .corpus import SYNTHETIC_SEED
 from .timing import ab, interleave, log

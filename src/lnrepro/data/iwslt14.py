@@ -148,7 +148,9 @@ def extract_segments(xml: str) -> tuple[list[str], list[str]]:
 def prepare_xml(xml: str, lang: str, threads: int = 1) -> tuple[list[str], list[str]]:
     """One valid/test XML file as fairseq prepares it: (tokenized lowercased lines, raw references)."""
     seg_text, raw = extract_segments(xml)
-    return T.lowercase(T.tokenize_lines(seg_text, lang, threads)), raw
+    from . import moses  # imported on use (lnrepro.data.moses says why)
+
+    return T.lowercase(moses.tokenize_lines(seg_text, lang, threads)), raw
 
 
 def downloads(section: dict) -> list[Download]:
@@ -166,6 +168,8 @@ def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path
     check) are checked before anything is written. Writes the files of :func:`lnrepro.data.prepared.write_prepared`
     and returns the stats.
     """
+    from . import moses  # imported on use (lnrepro.data.moses says why)
+
     archive = Path(downloads_dir) / settings["file"]
     expected_counts = settings.get("expected_counts")
     arc = _Archive(archive)
@@ -200,7 +204,7 @@ def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path
         for lang in LANGS:
             test_tok[lang] += by_lang[lang][0]
             test_raw[lang] += by_lang[lang][1]
-    tok = {lang: T.tokenize_lines(filtered[lang], lang, threads, desc=f"tokenize train.{lang}") for lang in LANGS}
+    tok = {lang: moses.tokenize_lines(filtered[lang], lang, threads, desc=f"tokenize train.{lang}") for lang in LANGS}
 
     cleaned = T.clean_corpus(tok["de"], tok["en"], **CLEAN)
     train_lc = {"de": T.lowercase(cleaned.src), "en": T.lowercase(cleaned.tgt)}
@@ -232,7 +236,7 @@ def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path
         "recipe": "fairseq examples/translation/prepare-iwslt14.sh (without BPE)",
         "source": {"archive": str(archive), **({"size": archive.stat().st_size, **file_digests(archive)}
                                                 if archive.is_file() else {})},
-        "tokenizer": {"sacremoses": T.SACREMOSES_VERSION, "escape": True, "final_period_split": True,
+        "tokenizer": {"sacremoses": moses.SACREMOSES_VERSION, "escape": True, "final_period_split": True,
                       "aggressive_dash_splits": False, "lowercase": True},
         "train_filter": filter_stats,
         "cleaning": {**CLEAN, "max_word_length": 1000, "dropped": cleaned.dropped},

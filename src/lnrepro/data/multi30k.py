@@ -56,6 +56,8 @@ def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path
     ``settings`` is the content part of the config section (data.json): ``clean`` and ``expected_counts``
     (train/valid/test line counts after preparation, checked before anything is written) are read.
     """
+    from . import moses  # imported on use (lnrepro.data.moses says why)
+
     paths = {key: Path(downloads_dir) / FOLDER / name for key, name in file_names().items()}
     text = {key: _read_gz_lines(path) for key, path in paths.items()}
     for split in STEMS:
@@ -69,7 +71,7 @@ def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path
     tokenized: dict[str, list[str]] = {}
     for lang in LANGS:
         keys = [f"{split}.{lang}" for split in STEMS]
-        joined = T.tokenize_lines([line for k in keys for line in text[k]], lang, threads, desc=f"tokenize {lang}")
+        joined = moses.tokenize_lines([line for k in keys for line in text[k]], lang, threads, desc=f"tokenize {lang}")
         start = 0
         for k in keys:
             tokenized[k] = joined[start:start + len(text[k])]
@@ -100,7 +102,7 @@ def prepare(settings: dict, out_dir: Path, threads: int = 1, downloads_dir: Path
     stats = {
         "dataset": "multi30k",
         "source": {key: {"path": str(p), "sha256": file_digests(p)["sha256"]} for key, p in paths.items()},
-        "tokenizer": {"sacremoses": T.SACREMOSES_VERSION, "escape": True, "final_period_split": True,
+        "tokenizer": {"sacremoses": moses.SACREMOSES_VERSION, "escape": True, "final_period_split": True,
                       "aggressive_dash_splits": False, "lowercase": True},
         "cleaning": clean_stats,
         "counts": counts,

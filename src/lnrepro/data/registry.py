@@ -29,23 +29,30 @@ class Dataset(Protocol):
         content settings (data.json's ``options``) and the downloaded files; return its stats."""
 
 
-def _discover() -> dict[str, Dataset]:
-    """Every module of this package that has both functions, by its name (the config's dataset name)."""
-    package = importlib.import_module(__package__)
-    found: dict[str, Dataset] = {}
-    for info in pkgutil.iter_modules(package.__path__):
-        module: ModuleType = importlib.import_module(f"{__package__}.{info.name}")
-        if callable(getattr(module, "downloads", None)) and callable(getattr(module, "prepare", None)):
-            found[info.name] = cast(Dataset, module)
-    return found
+def _module_names() -> list[str]:
+    """The modules of this package, by name, without importing them."""
+    return [info.name for info in pkgutil.iter_modules(importlib.import_module(__package__).__path__)]
 
 
-DATASETS: dict[str, Dataset] = _discover()
+def _as_dataset(module: ModuleType) -> Dataset | None:
+    """The module as a Dataset when it has both functions."""
+    if callable(getattr(module, "downloads", None)) and callable(getattr(module, "prepare", None)):
+        return cast(Dataset, module)
+    return None
+
+
+def datasets() -> dict[str, Dataset]:
+    """Every module of this package that has both functions, by its name (the config's dataset name); each
+    module is imported to look."""
+    found = {name: _as_dataset(importlib.import_module(f"{__package__}.{name}")) for name in _module_names()}
+    return {name: module for name, module in found.items() if module is not None}
 
 
 def dataset(name: str) -> Dataset:
-    """The module of dataset ``name``."""
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise LnReproError(f"unknown dataset {name!r} (datasets: {', '.join(sorted(DATASETS))})") from None
+    """The module of dataset ``name``, the only one imported: every snakemake start reads the registry, and the
+    other modules would bring what only their preparation needs."""
+    module = (_as_dataset(importlib.import_module(f"{__package__}.{name}"))
+              if name.isidentifier() and name in _module_names() else None)
+    if module is None:
+        raise LnReproError(f"unknown dataset {name!r} (datasets: {', '.join(sorted(datasets()))})")
+    return module
