@@ -24,6 +24,7 @@ import pandas as pd
 
 from ...norms import NORMS
 from ...io import atomic_write_csv
+from .budget import t_quantile
 
 FIT_COLUMNS = ["norm", "stack", "layer", "param", "statistic", "b", "b_low", "b_high", "c", "depths", "seeds", "n",
                "theory_b", "interval", "note"]
@@ -63,8 +64,6 @@ def figure_depth(gi: pd.DataFrame, preferred: int) -> int:
 def power_law(depths: np.ndarray, values: np.ndarray, level: float = 0.95) -> tuple[float, float, float, float]:
     """(b, b_low, b_high, c) of value ~ c * depth^b by least squares on the logs, with the t interval of b
     (NaN where fewer than three points or one depth leave no residual degree of freedom)."""
-    from scipy import stats
-
     x, y = np.log(np.asarray(depths, dtype=float)), np.log(np.asarray(values, dtype=float))
     if len(x) < 3 or np.ptp(x) == 0:
         return (np.nan,) * 4
@@ -72,7 +71,7 @@ def power_law(depths: np.ndarray, values: np.ndarray, level: float = 0.95) -> tu
     b = float(dx @ (y - y.mean()) / (dx @ dx))
     a = y.mean() - b * x.mean()
     resid = y - a - b * x
-    half = stats.t.ppf(0.5 + level / 2, len(x) - 2) * float(np.sqrt(resid @ resid / (len(x) - 2) / (dx @ dx)))
+    half = t_quantile(len(x) - 2, level) * float(np.sqrt(resid @ resid / (len(x) - 2) / (dx @ dx)))
     return b, b - half, b + half, float(np.exp(a))
 
 
