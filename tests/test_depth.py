@@ -309,6 +309,24 @@ def test_the_depth_section_and_its_tables(report):
     assert conf.loc["post", "differences"] == "nothing beside the norm position"
 
 
+def test_the_page_and_answer_md_lead_with_the_depth_finding(report):
+    """Without Figure 4's pair, the depth question is the experiment's: the summary under the title opens with the
+    finding's lead (which variants trained at 18 layers without warm-up, per lr_max), the depth section comes first,
+    and answer.md holds the finding (its lead, then each variant's rate and prediction), not "No answer"."""
+    exp_dir, exp, index = report
+    text = index.read_text()
+    lead = (f"Without warm-up at 18 layers and lr_max 0.002, at epoch {EPOCHS}: most seeds trained with Pre-LN and "
+            "DeepNorm; most failed with Post-LN.")
+    summary = text.split('<p class="summary">', 1)[1].split("</p>", 1)[0]
+    assert summary.startswith(lead) and "No answer" not in summary
+    assert text.index('<section class="question lead">\n<h2 id="depth">') < text.index('id="answer"')
+    answer = (exp_dir / "report" / "answer.md").read_text().split("\n\n")
+    assert answer[0] == f"# The answer: {exp.name}"
+    assert answer[1].startswith(lead) and "lr_max 0.001" in answer[1]
+    assert answer[2].startswith("The gradient at initialization was not fitted") and "Wilson's 95% interval" in answer[2]
+    assert len(answer) == 3 and "No answer" not in "".join(answer)
+
+
 def test_a_test_row_below_the_floor_says_why(report):
     exp_dir, _, index = report
     test = pd.read_csv(exp_dir / "report" / "tables" / "depth_test.csv")

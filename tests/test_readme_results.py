@@ -215,9 +215,9 @@ def test_the_endpoint_part(report: Path) -> None:
 
 
 def test_the_depth_part(tmp_path_factory) -> None:
-    """The depth part: the cells with failed seeds at the last epoch with their Wilson intervals, each with its
-    lr_max where there are several, the design's resolution, what the study cannot show, the depth figure and the
-    link; every number from the rate table."""
+    """The depth part: the report's depth finding (answer.md's lead), the cells with failed seeds at the last epoch
+    with their Wilson intervals, each with its lr_max where there are several, the design's resolution, what the
+    study cannot show, the depth figure and the link; every number from the rate table."""
     from lnrepro.analysis.sections.depth import resolution_text
     from test_depth import experiment as depth_experiment
     from test_depth import make_tree as depth_tree
@@ -243,12 +243,18 @@ def test_the_depth_part(tmp_path_factory) -> None:
     assert (f"What this cannot show: one dataset and one width, {epoch} epochs, depths 6, 18 and 3 seeds a cell; a "
             "failure is one at these learning rates, lr_max 0.002 and 0.001, and budget.") in body
     assert "![failure rate against depth](published/depth-cpu/figures/failure_rate_vs_depth.png)" in body
+    # it opens with the report's depth finding (answer.md's lead), then says how much more answer.md holds
+    lead = (report / "answer.md").read_text().split("\n\n")[1]
+    assert lead.startswith(f"Without warm-up at 18 layers and lr_max 0.002, at epoch {epoch}: most seeds trained with")
+    pointer = "(The report's depth finding, `answer.md`, has 1 more.)"
+    assert body.startswith(f"{lead}\n\n{pointer}\n\n")
     assert "[`published/depth-cpu/index.html`](published/depth-cpu/index.html)" in body
     counts = ("n_failed", "n_with_fate", "depth", "n_seeds")
     allowed = ({str(epoch), "95", "0.002", "0.001"} | {str(int(n)) for c in counts for n in at[c]}
                | {rr._num(v) for c in ("failure_low", "failure_high") for v in failed[c]})
     scale = pd.read_csv(report / "tables" / "claims.csv")["scale"].dropna().iloc[0]
-    assert set(numbers(body, resolution_text(at["n_with_fate"].tolist()), scale, "IWSLT14")) <= allowed, body
+    assert set(numbers(body.replace(pointer, ""), resolution_text(at["n_with_fate"].tolist()), scale, "IWSLT14")
+               ) <= allowed, body
 
 
 def test_the_readme_says_how_much_of_the_second_edition_is_stored() -> None:

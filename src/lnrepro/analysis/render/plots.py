@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -703,11 +704,12 @@ def plot_answer(data: ReportData, out: Path, *, styles: dict[str, dict[str, Any]
     from ..sections.answer import main_path, step_text
 
     a, split = data.answer, data.agg.split
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4), layout="constrained")
-    if a.pair is None:
-        for ax in axes.flat:
-            _empty(ax, a.note)
+    if a.pair is None:  # one panel that says why, its long note wrapped to the figure's width
+        fig, ax = plt.subplots(figsize=(12, 1.6), layout="constrained")
+        ax.set_axis_off()
+        _empty(ax, textwrap.fill(a.note, 110))
         return _save(fig, out)
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4), layout="constrained")
     styles = styles or run_styles([a.pair.from_run, a.pair.to_run])
     lo, hi = (data.experiment.runs[r].factors for r in (a.pair.from_run, a.pair.to_run))
     words = {f: step_text(f, lo[f], hi[f]) for f in a.pair.factors}

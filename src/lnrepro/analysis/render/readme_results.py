@@ -68,16 +68,17 @@ def _figure4_runs(report: Path) -> tuple[list[str], pd.Series]:
     return [r.strip() for r in str(row["runs"]).split(",")], row
 
 
-def answer_paragraphs(report: Path) -> list[str]:
+def answer_paragraphs(report: Path, holds: str = "Answer section") -> list[str]:
     """The report's Answer (answer.md's first paragraph below its heading: the headline a researcher quotes), then
-    a line saying how many more paragraphs the report has; none for a report written before answer.md."""
+    a line saying how many more paragraphs the report's ``holds`` has; none for a report written before
+    answer.md."""
     path = report / ANSWER_MD
     if not path.is_file():
         return []
     body = path.read_text(encoding="utf-8").partition("\n")[2].strip()
     paragraphs = [p.strip() for p in body.split("\n\n") if p.strip()]
     more = len(paragraphs) - 1
-    return [*paragraphs[:1], *([f"(The report's Answer section, `{ANSWER_MD}`, has {more} more.)"] if more else [])]
+    return [*paragraphs[:1], *([f"(The report's {holds}, `{ANSWER_MD}`, has {more} more.)"] if more else [])]
 
 
 def figure4_sentence(report: Path) -> str:
@@ -192,7 +193,10 @@ def depth_limits_sentence(report: Path) -> str:
 
 
 def depth_part(report: Path, shown_as: str) -> list[str]:
-    return [depth_failures_sentence(report), depth_limits_sentence(report),
+    """The depth study's part: its answer (answer.md's lead: which variants trained at the deepest depth without
+    warm-up, at each lr_max), the cells with failed seeds and their intervals, what it cannot show, the figure."""
+    return [*answer_paragraphs(report, "depth finding"), depth_failures_sentence(report),
+            depth_limits_sentence(report),
             figure_and_link(report, shown_as, DEPTH_FIGURES["depth"], "failure rate against depth")]
 
 

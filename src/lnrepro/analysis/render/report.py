@@ -2,7 +2,9 @@
 
 ``make_report`` writes, under ``out_dir`` (results/{exp}/report/): ``tables/*.csv`` (``build.ReportData.tables``,
 the one list), ``confounds.md``, ``answer.md`` (the Answer's sentences), ``figures/*.png`` (``plots``) and
-``index.html`` (self-contained: inline CSS, figures by relative <img> links). The results tree is read once
+``index.html`` (self-contained: inline CSS, figures by relative <img> links). An experiment without Figure 4's pair
+and with runs of several depths (``depth_first``: the depth presets) asks the depth question: its summary, its
+answer.md and its first section are the depth section's finding. The results tree is read once
 (``results.read_results``) and every table computed once (``build.build``); this module only renders, through
 Jinja2 templates with autoescaping (``templates/``). Optional inputs (gradinit.csv, training logs, evaluations
 not yet run) only change what a section says; they never make the report fail. Diverged runs and epochs are shown
@@ -122,22 +124,36 @@ def answer_sentences(data: ReportData) -> tuple[list[str], list[str]]:
             eq.sentences(data.equivalence, data.answer.note))
 
 
+def depth_first(data: ReportData) -> bool:
+    """Whether the experiment's question is the depth study's: no Figure 4 pair selected, runs of several depths.
+    Its page, summary and answer.md then lead with the depth section's finding."""
+    return data.answer.pair is None and data.depth.shown
+
+
 def answer_markdown(data: ReportData) -> str:
-    """answer.md: the Answer section's sentences as Markdown paragraphs under a one-line heading (the README's
-    generated results lead with them: ``readme_results``)."""
+    """answer.md: the Answer section's sentences as Markdown paragraphs under a one-line heading, or in a depth
+    experiment (``depth_first``) the depth section's finding: its lead, then the rest (the README's generated
+    results lead with the first paragraph: ``readme_results``)."""
+    heading = f"# The answer: {data.experiment.name}"
+    if depth_first(data):
+        d = data.depth
+        rest = d.finding[len(d.lead):]  # the finding opens with its lead
+        return "\n\n".join([heading, " ".join(d.lead), *([" ".join(rest)] if rest else [])]) + "\n"
     answer, end_point = answer_sentences(data)
     lead = " ".join(hl.headline(data))
-    return "\n\n".join([f"# The answer: {data.experiment.name}", *([lead] if lead else []), *answer, *end_point]) + "\n"
+    return "\n\n".join([heading, *([lead] if lead else []), *answer, *end_point]) + "\n"
 
 
 def summary(data: ReportData) -> str:
-    """The paragraph under the title: the Answer's verdict, whether the curves have stopped changing, the claims'
-    tally and what was run, each sentence from the tables."""
+    """The paragraph under the title: the Answer's verdict (in a depth experiment the depth question's answer,
+    ``depth_first``), whether the curves have stopped changing, the claims' tally and what was run, each sentence
+    from the tables."""
     e = data.experiment
     tally = data.study.claims["status"].value_counts()
     claims = ", ".join(f"{int(tally[s])} {s}" for s in STATUSES if s in tally)
     seeds = len(e.seeds)
-    lead = [] if data.answer.pair is not None else an.speed_sentences(data.answer, e, data.agg.split)[:1]
+    lead = ([] if data.answer.pair is not None else list(data.depth.lead) if depth_first(data)
+            else an.speed_sentences(data.answer, e, data.agg.split)[:1])
     return " ".join([*lead, f"Of the paper's {len(data.study.claims)} claims checked here: {claims}." if claims else "",
                      f"{len(e.select)} runs of {seeds} seed{'s' if seeds != 1 else ''} each on {e.data.dataset}."]
                     ).replace("  ", " ").strip()
@@ -413,6 +429,8 @@ def render(page: Page) -> str:
     env = _environment(vw.names(page.experiment))
     shown = [(anchor, heading, values, part) for anchor, heading, variables, part in SECTIONS
              if (values := variables(page)) is not None]  # None: a part of the design the experiment lacks
+    if depth_first(page.data):  # the depth section leads: the experiment's question
+        shown.sort(key=lambda section: section[0] != "depth")
     sections = [{"anchor": anchor, "heading": heading, "part": part, "finding": values.pop("finding", ""),
                  "body": Markup(env.get_template(f"sections/{anchor}.html.j2").render(data=page.data, **values))}
                 for anchor, heading, values, part in shown]

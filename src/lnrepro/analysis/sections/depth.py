@@ -145,6 +145,7 @@ class Depth:
     rule: str = ""
     floor: float | None = None  # eval.valid_bleu_floor
     finding: tuple[str, ...] = ()  # the section's opening sentences (``finding``)
+    lead: tuple[str, ...] = ()  # its first ones: the depth question's answer (``lead``)
 
     @property
     def shown(self) -> bool:
@@ -444,20 +445,26 @@ def prediction(label: str, exponent: pd.Series | None) -> str:
             f"b = {interval(b, lo, hi)}{own or like_post}.")
 
 
-def finding(rates: pd.DataFrame, budget: str, gradinit_fit: pd.DataFrame | None, deepest: int) -> list[str]:
-    """The depth section's opening sentences, at ``budget`` and ``deepest`` layers without warm-up: per lr_max,
-    the variants with which most seeds trained and those with which most failed; then per variant its failure
-    rate at each lr_max with its Wilson 95% interval, and what its gradient at initialization predicted
-    (``prediction``). Words for variants, one interval a sentence."""
-    from ..stats.gradinit_fit import headline
-    from .confounds import and_words
-
+def _deep_cells(rates: pd.DataFrame, budget: str, deepest: int) -> tuple[int, pd.DataFrame] | None:
+    """The cells at ``budget`` and ``deepest`` layers without warm-up, per variant and lr_max (label, failed k of
+    n with a fate), and the budget's epoch; None when no such run is selected."""
     at = rates[(rates["budget"] == budget) & (rates["depth"] == deepest) & ~rates["warmup"].astype(bool)]
     if at.empty:
-        return [f"No run at {deepest} layers without warm-up is selected."]
-    epoch = int(at["epoch"].iloc[0])
-    cells = at.groupby(["variant", "lr_max"], sort=False).agg(
+        return None
+    return int(at["epoch"].iloc[0]), at.groupby(["variant", "lr_max"], sort=False).agg(
         label=("label", "first"), k=("n_failed", "sum"), n=("n_with_fate", "sum")).reset_index()
+
+
+def lead(rates: pd.DataFrame, budget: str, deepest: int) -> list[str]:
+    """The depth question's answer in one sentence per lr_max, at ``budget`` and ``deepest`` layers without
+    warm-up: the variants with which most seeds trained and those with which most failed (``finding`` opens
+    with it; the report's summary and answer.md lead with it in an experiment without Figure 4's pair)."""
+    from .confounds import and_words
+
+    found = _deep_cells(rates, budget, deepest)
+    if found is None:
+        return [f"No run at {deepest} layers without warm-up is selected."]
+    epoch, cells = found
     out = []
     for lr, g in cells.groupby("lr_max", sort=False):
         share = [(r.k / r.n if r.n else math.nan, r.label) for r in g.itertuples()]
@@ -468,6 +475,20 @@ def finding(rates: pd.DataFrame, budget: str, gradinit_fit: pd.DataFrame | None,
             ("no seed has a fate yet with", [lab for s, lab in share if math.isnan(s)])) if labels]
         out.append(f"Without warm-up at {deepest} layers and lr_max {sig(lr)}, at epoch {epoch}: "
                    f"{'; '.join(clauses)}.")
+    return out
+
+
+def finding(rates: pd.DataFrame, budget: str, gradinit_fit: pd.DataFrame | None, deepest: int) -> list[str]:
+    """The depth section's opening sentences, at ``budget`` and ``deepest`` layers without warm-up: ``lead``;
+    then per variant its failure rate at each lr_max with its Wilson 95% interval, and what its gradient at
+    initialization predicted (``prediction``). Words for variants, one interval a sentence."""
+    from ..stats.gradinit_fit import headline
+
+    out = lead(rates, budget, deepest)
+    found = _deep_cells(rates, budget, deepest)
+    if found is None:
+        return out
+    _, cells = found
     top = None if gradinit_fit is None else headline(gradinit_fit).set_index("norm")
     if top is None:
         out.append("The gradient at initialization was not fitted: no prediction from it.")
@@ -508,10 +529,11 @@ def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experi
         confounds=confound_table(experiment), resolution=resolution_text([n for n in n_with if n > 0]),
         rule=bu.failure_rule(settings) + "; here the best run is taken among the runs of the seed's own depth and "
         "lr_max",
-        floor=experiment.eval.valid_bleu_floor, finding=tuple(finding(rates, last, gradinit_fit, levels[-1])))
+        floor=experiment.eval.valid_bleu_floor, finding=tuple(finding(rates, last, gradinit_fit, levels[-1])),
+        lead=tuple(lead(rates, last, levels[-1])))
 
 
 __all__ = ["Depth", "depth", "depth_of", "wilson", "rate_difference", "smallest_resolved",
            "resolution_text", "seed_fates_by_depth", "rate_table", "quality_table", "time_table", "test_rows",
-           "confound_table", "claim_table", "finding", "prediction", "learning_rates", "lr_of", "DEPTH_CLAIMS",
+           "confound_table", "claim_table", "finding", "lead", "prediction", "learning_rates", "lr_of", "DEPTH_CLAIMS",
            "OPEN"]
