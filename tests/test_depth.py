@@ -323,7 +323,8 @@ def test_the_page_and_answer_md_lead_with_the_depth_finding(report):
     answer = (exp_dir / "report" / "answer.md").read_text().split("\n\n")
     assert answer[0] == f"# The answer: {exp.name}"
     assert answer[1].startswith(lead) and "lr_max 0.001" in answer[1]
-    assert answer[2].startswith("The gradient at initialization was not fitted") and "Wilson's 95% interval" in answer[2]
+    assert answer[2].startswith("The gradient at initialization was not fitted")
+    assert "Wilson's 95% interval" in answer[2]
     assert len(answer) == 3 and "No answer" not in "".join(answer)
 
 
