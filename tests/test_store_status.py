@@ -45,6 +45,7 @@ def test_first_part_status_measures_here_and_its_command_plans_its_units(encoded
     assert "0 of 2 units stored" in out and "no store yet" in out
     assert all(f"missing: {u} (" in out and "unknown" not in out for u in UNITS)
     assert "measured here" in out and "updates timed" in out
+    assert "a part of every missing unit: 2 unit(s)" in out  # no --minutes: every missing unit
     command = shlex.split(out.strip().splitlines()[-1])
     assert command[0] == "snakemake" and command[-len(DEMO_PAIR) - 1:] == ["--configfile", *DEMO_PAIR]
     assert P.experiment_json in command and P.gradinit_csv in command

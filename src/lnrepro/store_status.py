@@ -278,9 +278,10 @@ def report(st: Status, minutes: float | None, cores: int) -> str:
     lines.append(f"cost of the missing units here: {_cost_words(list(st.cost_s.values()), list(st.score_s.values()))}"
                  f" (CPU-seconds per update {st.rate_words})")
     chosen = part(st, minutes, cores)
-    limit = f"fits {minutes:g} minutes on {cores} core(s)" if minutes is not None else "every missing unit"
+    limit = (f"a part that fits {minutes:g} minutes on {cores} core(s)" if minutes is not None
+             else "a part of every missing unit")
     cost = _cost_words([st.cost_s[u] for u in chosen], [st.score_s[u] for u in chosen])
-    lines.append(f"a part that {limit}: {len(chosen)} unit(s), {cost}: " + ", ".join(map(str, chosen)))
+    lines.append(f"{limit}: {len(chosen)} unit(s), {cost}: " + ", ".join(map(str, chosen)))
     if st.commits:
         lines.append(f"run it from the root of a clean clone whose training and scoring are bitwise those of the "
                      f"store's commit ({', '.join(st.commits)}: the exact-result tests say so), in its own virtual "
