@@ -459,9 +459,13 @@ def lead(rates: pd.DataFrame, budget: str, deepest: int) -> list[str]:
     """The depth question's answer in one sentence per lr_max, at ``budget`` and ``deepest`` layers without
     warm-up: the variants with which most seeds trained and those with which most failed (``finding`` opens
     with it; the report's summary and answer.md lead with it in an experiment without Figure 4's pair)."""
+    return _lead(_deep_cells(rates, budget, deepest), deepest)
+
+
+def _lead(found: tuple[int, pd.DataFrame] | None, deepest: int) -> list[str]:
+    """``lead`` from ``_deep_cells``' result."""
     from .confounds import and_words
 
-    found = _deep_cells(rates, budget, deepest)
     if found is None:
         return [f"No run at {deepest} layers without warm-up is selected."]
     epoch, cells = found
@@ -482,13 +486,18 @@ def finding(rates: pd.DataFrame, budget: str, gradinit_fit: pd.DataFrame | None,
     """The depth section's opening sentences, at ``budget`` and ``deepest`` layers without warm-up: ``lead``;
     then per variant its failure rate at each lr_max with its Wilson 95% interval, and what its gradient at
     initialization predicted (``prediction``). Words for variants, one interval a sentence."""
+    found = _deep_cells(rates, budget, deepest)
+    return _lead(found, deepest) + _details(found, gradinit_fit, deepest)
+
+
+def _details(found: tuple[int, pd.DataFrame] | None, gradinit_fit: pd.DataFrame | None, deepest: int) -> list[str]:
+    """``finding``'s sentences after its lead, from ``_deep_cells``' result."""
     from ..stats.gradinit_fit import headline
 
-    out = lead(rates, budget, deepest)
-    found = _deep_cells(rates, budget, deepest)
     if found is None:
-        return out
+        return []
     _, cells = found
+    out = []
     top = None if gradinit_fit is None else headline(gradinit_fit).set_index("norm")
     if top is None:
         out.append("The gradient at initialization was not fitted: no prediction from it.")
@@ -520,6 +529,8 @@ def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experi
     last, last_epoch = epoch_budgets[0]
     metrics = [f"{split}_bleu_tok", f"{split}_nll_base2", *(["test_bleu_tok"] if "test_bleu_tok" in epochs else [])]
     n_with = rates[rates["budget"] == last]["n_with_fate"].tolist()
+    deep = _deep_cells(rates, last, levels[-1])
+    opening = _lead(deep, levels[-1])
     return Depth(
         depths=levels, rates=rates, fates=fates,
         quality=quality_table(epochs, fates, experiment, last, last_epoch, metrics),
@@ -529,8 +540,8 @@ def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experi
         confounds=confound_table(experiment), resolution=resolution_text([n for n in n_with if n > 0]),
         rule=bu.failure_rule(settings) + "; here the best run is taken among the runs of the seed's own depth and "
         "lr_max",
-        floor=experiment.eval.valid_bleu_floor, finding=tuple(finding(rates, last, gradinit_fit, levels[-1])),
-        lead=tuple(lead(rates, last, levels[-1])))
+        floor=experiment.eval.valid_bleu_floor, finding=tuple(opening + _details(deep, gradinit_fit, levels[-1])),
+        lead=tuple(opening))
 
 
 __all__ = ["Depth", "depth", "depth_of", "wilson", "rate_difference", "smallest_resolved",
