@@ -69,7 +69,7 @@ def norm_variant(name: str) -> NormVariant:
 # The paper's two arrangements first (post: the original Transformer, the baseline every figure starts with).
 register_norm(NormVariant("post", "Post-LN", final_norm=False))
 register_norm(NormVariant("pre", "Pre-LN", final_norm=True))
-register_norm(NormVariant("pre_nofinal", "Pre-LN, no final LN", final_norm=False, differences=(
+register_norm(NormVariant("pre_nofinal", "Pre-LN without final LN", final_norm=False, differences=(
     Difference("layernorms removed", "no LayerNorm after the last layer of each stack"),)))
 register_norm(NormVariant("deepnorm", "DeepNorm", final_norm=False, differences=(
     Difference("residual scaling", "the residual multiplied by alpha before each LayerNorm, LN(alpha x + F(x)): "
