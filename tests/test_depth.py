@@ -5,6 +5,7 @@ than one depth."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -326,6 +327,50 @@ def test_the_page_and_answer_md_lead_with_the_depth_finding(report):
     assert answer[2].startswith("The gradient at initialization was not fitted")
     assert "Wilson's 95% interval" in answer[2]
     assert len(answer) == 3 and "No answer" not in "".join(answer)
+
+
+def test_the_post_hoc_reading_judges_the_nll_part_alone():
+    """The rule's NLL part alone (``nll_only``), beside the study's rule and labelled post hoc: here a stalled
+    seed's NLL (8 - BLEU/5: 7.9) is within 1.5 x the best 18-layer cell's (about 5.9) but not the best 6-layer
+    one's (about 3.7), so by it Post-LN without warm-up trains at 18 layers and still fails at 6; the table gives
+    both counts, the words name the cells and the claims whose status changes."""
+    exp = experiment()
+    epochs, at, settings = epoch_rows(), [("last", EPOCHS)], exp.analysis.report
+    nll = dp.nll_only(settings)
+    assert (nll.failure_bleu_fraction, nll.failure_nll_ratio) == (0.0, settings.failure_nll_ratio)
+    rates = dp.rate_table(dp.seed_fates_by_depth(epochs, exp, at, "valid", settings), exp)
+    rates_nll = dp.rate_table(dp.seed_fates_by_depth(epochs, exp, at, "valid", nll), exp)
+    table = dp.sensitivity_table(rates, rates_nll, "last", settings.failure_nll_ratio)
+    assert list(table.columns) == dp.SENSITIVITY_COLUMNS and list(table["run"]) == RUNS
+    changed = table[table["n_failed"] != table["n_failed_nll_only"]].set_index("run")
+    assert set(changed.index) == {"postln_nowarmup_isqrt_L18", f"postln_nowarmup_isqrt_L18{LOW}"}
+    assert changed["n_failed"].eq(3).all() and changed["n_failed_nll_only"].eq(0).all()
+    assert table.set_index("run").loc["postln_nowarmup_isqrt_L6", "n_failed_nll_only"] == 3
+    words = dp.sensitivity_words(table, dp.claim_table(rates, "last", None, [6, 18]),
+                                 dp.claim_table(rates_nll, "last", None, [6, 18]))
+    assert words[0].startswith("Post hoc, not the study's rule: by the rule's NLL part alone (a seed fails when it "
+                               "diverged, stopped or its NLL is above 1.5 x the best run's")
+    assert words[0].endswith("the failures of 2 of 20 cells change: Post-LN without warm-up at 18 layers and lr_max "
+                             "0.002 (3 → 0 of 3); Post-LN without warm-up at 18 layers and lr_max 0.001 (3 → 0 of 3).")
+    claim = 'the claim "Post-LN without warm-up fails more often at 18 layers than at 6"'
+    assert words[1].startswith(f"By it {claim} at lr_max 0.002 is not reproduced, −1.00 [")
+    assert words[1].endswith("where the study's rule finds it inconclusive.")
+    assert words[2].startswith(f"By it {claim} at lr_max 0.001 is inconclusive, 0 [")
+    assert words[2].endswith("where the study's rule finds it reproduced.") and len(words) == 3
+
+
+def test_the_page_shows_the_post_hoc_reading_apart(report):
+    """The page and the tables carry the post-hoc reading under its own heading; a diverged seed fails by it too."""
+    exp_dir, _, index = report
+    text = index.read_text()
+    tables = exp_dir / "report" / "tables"
+    table = pd.read_csv(tables / "depth_rule_sensitivity.csv").set_index("run")
+    assert table.loc["postln_nowarmup_isqrt_L18", ["n_failed", "n_failed_nll_only"]].tolist() == [3, 1]
+    claims = pd.read_csv(tables / "depth_claims_nll_only.csv")
+    assert list(claims.columns) == dp.CLAIM_COLUMNS
+    section = html.unescape(text).split("<h3>Post hoc: the failure rule's NLL part alone</h3>", 1)[1]
+    assert "never the study's finding" in section and "Post hoc, not the study's rule" in section
+    assert 'id="depth-rule-sensitivity"' in section and 'id="depth-claims-nll-only"' in section
 
 
 def test_a_test_row_below_the_floor_says_why(report):

@@ -176,6 +176,15 @@ def depth_failures_sentence(report: Path) -> str:
             f"; every other cell none. Resolution: {resolution_text(n_with)}.")
 
 
+def depth_sensitivity_sentence(report: Path) -> str:
+    """The post-hoc reading of the failure rule (its NLL part alone), labelled as such: the cells whose failures
+    it changes and the claims whose status it changes (``depth.sensitivity_words`` over the report's tables)."""
+    from ..sections.depth import sensitivity_words
+
+    return " ".join(sensitivity_words(_table(report, "depth_rule_sensitivity"), _table(report, "depth_claims"),
+                                      _table(report, "depth_claims_nll_only")))
+
+
 def depth_limits_sentence(report: Path) -> str:
     """What the depth study cannot show: its epochs, depths and seeds (from its tables)."""
     at = _table(report, "depth_rates")
@@ -194,9 +203,10 @@ def depth_limits_sentence(report: Path) -> str:
 
 def depth_part(report: Path, shown_as: str) -> list[str]:
     """The depth study's part: its answer (answer.md's lead: which variants trained at the deepest depth without
-    warm-up, at each lr_max), the cells with failed seeds and their intervals, what it cannot show, the figure."""
+    warm-up, at each lr_max), the cells with failed seeds and their intervals, the post-hoc reading of the
+    failure rule, what it cannot show, the figure."""
     return [*answer_paragraphs(report, "depth finding"), depth_failures_sentence(report),
-            depth_limits_sentence(report),
+            depth_sensitivity_sentence(report), depth_limits_sentence(report),
             figure_and_link(report, shown_as, DEPTH_FIGURES["depth"], "failure rate against depth")]
 
 

@@ -287,7 +287,9 @@ def _depth(page: Page) -> dict[str, Any] | None:
             "fractions": ", ".join(f"{f:.0%}" for f in page.experiment.analysis.report.quality_fractions),
             "floor": "none (eval.valid_bleu_floor: null)" if d.floor is None else f"{d.floor:g}",
             "test": d.test, "n_skipped": len(skipped), "claims": vw.claims_view(d.claims),
-            "statuses": ", ".join(STATUSES), "open": OPEN, "confounds": d.confounds}
+            "statuses": ", ".join(STATUSES), "open": OPEN, "confounds": d.confounds,
+            "sensitivity": vw.depth_sensitivity_view(d.sensitivity), "sensitivity_words": " ".join(d.sensitivity_words),
+            "sensitivity_claims": vw.claims_view(d.sensitivity_claims.dropna(subset=["lr_max"]))}
 
 
 def _claims(page: Page) -> dict[str, Any]:

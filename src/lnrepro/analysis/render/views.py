@@ -270,6 +270,21 @@ def depth_rates_view(rates: pd.DataFrame, budget: str) -> pd.DataFrame:
         "best run at this depth and lr_max": at["best_run_at_depth"], "run": at["run"]}).reset_index(drop=True)
 
 
+def depth_sensitivity_view(table: pd.DataFrame) -> pd.DataFrame:
+    """depth_rule_sensitivity.csv as the Depth section shows it: each cell's failed seeds by the study's rule and
+    by its NLL part alone, the latter's rate with its Wilson interval."""
+    if table.empty:
+        return table
+    return pd.DataFrame({
+        "variant": table["label"], "layers": table["depth"],
+        "warm-up": table["warmup"].map({True: "yes", False: "no"}), "lr_max": table["lr_max"],
+        "failed, the study's rule": [f"{r.n_failed}/{r.n_with_fate}" for r in table.itertuples()],
+        "failed, NLL part alone [Wilson 95%]": [
+            f"{interval_cell(r.failure_rate_nll_only, r.failure_low_nll_only, r.failure_high_nll_only)} "
+            f"({r.n_failed_nll_only}/{r.n_with_fate})" for r in table.itertuples()],
+        "run": table["run"]})
+
+
 def hosts_view(hosts: pd.DataFrame) -> pd.DataFrame:
     """tables/hosts.csv on the page: a row per unit (run, seed) and job, the commit shortened to 12 digits and
     marked "+ changes" where its checkout had uncommitted changes."""

@@ -29,13 +29,18 @@ published answer (Pre-LN without its final LayerNorm: like Pre-LN or like Post-L
 each lr_max, and what their gradient at initialization predicted (Figure 3(c)'s exponent b). The confounds table
 lists what each variant changes beside the norm position (``lnrepro.norms.NormVariant.differences``).
 
+A post-hoc reading sits beside the rule, labelled as such and never the finding (``nll_only``): the rule's NLL
+part alone, by which a seed that learns but lags the best cell's BLEU within a short budget counts as trained
+and only a stalled or diverged one as failed; its table gives each cell's failures both ways, and the claims are
+judged again by it.
+
 The section exists only when the selected runs have more than one depth (``Experiment.depths``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 import pandas as pd
@@ -61,6 +66,8 @@ TEST_COLUMNS = ["run", "seed", "depth", "epoch", "test", "bleu_tok", "sacrebleu"
 CONFOUND_COLUMNS = ["variant", "label", "final_norm", "runs", "differences"]
 CLAIM_COLUMNS = ["id", "lr_max", "claim", "source", "scale", "measured_as", "measured", "ci_low", "ci_high", "n_seeds",
                  "status", "note"]
+SENSITIVITY_COLUMNS = ["run", "label", "depth", "warmup", "lr_max", "n_with_fate", "n_failed", "failure_nll_ratio",
+                       "n_failed_nll_only", "failure_rate_nll_only", "failure_low_nll_only", "failure_high_nll_only"]
 KEYS = ("run", "variant", "depth", "warmup", "lr_max")  # a cell's columns in the quality and time tables
 
 
@@ -146,6 +153,10 @@ class Depth:
     floor: float | None = None  # eval.valid_bleu_floor
     finding: tuple[str, ...] = ()  # the section's opening sentences (``finding``)
     lead: tuple[str, ...] = ()  # its first ones: the depth question's answer (``lead``)
+    # the post-hoc reading (``nll_only``): SENSITIVITY_COLUMNS at the last budget, the claims by it, in words
+    sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    sensitivity_claims: pd.DataFrame = field(default_factory=pd.DataFrame)
+    sensitivity_words: tuple[str, ...] = ()
 
     @property
     def shown(self) -> bool:
@@ -158,7 +169,8 @@ class Depth:
             return {}
         return {"depth_rates": self.rates, "depth_seed_fates": self.fates, "depth_quality": self.quality,
                 "depth_time_to_quality": self.time_to_quality, "depth_test": self.test, "depth_claims": self.claims,
-                "depth_confounds": self.confounds}
+                "depth_confounds": self.confounds, "depth_rule_sensitivity": self.sensitivity,
+                "depth_claims_nll_only": self.sensitivity_claims}
 
 
 def _cell(experiment: Experiment, run: str) -> dict[str, Any]:
@@ -516,6 +528,47 @@ def _details(found: tuple[int, pd.DataFrame] | None, gradinit_fit: pd.DataFrame 
     return out
 
 
+def nll_only(settings: ReportSettings) -> ReportSettings:
+    """The failure rule without its BLEU part (``failure_bleu_fraction`` 0): a seed fails when it diverged,
+    stopped or its NLL is above ``failure_nll_ratio`` x the best run's. A reading chosen after the records were
+    seen, shown beside the study's rule and never in its place."""
+    return replace(settings, failure_bleu_fraction=0.0)
+
+
+def sensitivity_table(rates: pd.DataFrame, rates_nll: pd.DataFrame, budget: str, ratio: float) -> pd.DataFrame:
+    """SENSITIVITY_COLUMNS: per cell at ``budget``, its failed seeds by the study's rule (``rates``) and by the
+    rule's NLL part alone (``rates_nll``, NLL above ``ratio`` x the best's), the latter's rate with its Wilson 95%
+    interval."""
+    at = rates[rates["budget"] == budget]
+    nll = rates_nll[rates_nll["budget"] == budget].set_index("run")
+    by_nll = {f"{k}_nll_only": at["run"].map(nll[k]) for k in ("n_failed", "failure_rate", "failure_low",
+                                                                "failure_high")}
+    table = at[SENSITIVITY_COLUMNS[:7]].assign(failure_nll_ratio=ratio, **by_nll)
+    return table.reset_index(drop=True)
+
+
+def sensitivity_words(table: pd.DataFrame, claims: pd.DataFrame, claims_nll: pd.DataFrame) -> list[str]:
+    """The post-hoc reading in words, from its table and the two claims tables (the report's or their CSVs): the
+    cells whose failures change, and the claims whose status changes, each with its measure by the NLL part."""
+    if table.empty:
+        return []
+    ratio = sig(float(table["failure_nll_ratio"].iloc[0]))
+    changed = table[table["n_failed"] != table["n_failed_nll_only"]]
+    cells = "; ".join(f"{r.label} {'with' if bool(r.warmup) else 'without'} warm-up at {int(r.depth)} layers and "
+                      f"lr_max {sig(r.lr_max)} ({int(r.n_failed)} → {int(r.n_failed_nll_only)} of "
+                      f"{int(r.n_with_fate)})" for r in changed.itertuples())
+    out = [f"Post hoc, not the study's rule: by the rule's NLL part alone (a seed fails when it diverged, stopped or "
+           f"its NLL is above {ratio} x the best run's at its depth and lr_max; its BLEU is not judged), "
+           + (f"the failures of {len(changed)} of {len(table)} cells change: {cells}." if len(changed)
+              else "no cell's failures change.")]
+    both = claims.merge(claims_nll, on=["id", "lr_max"], suffixes=("", "_nll")).dropna(subset=["lr_max"])
+    moved = both[both["status"] != both["status_nll"]]
+    out += [f"By it the claim \"{r.claim}\" at lr_max {sig(r.lr_max)} is {r.status_nll}, "
+            f"{interval(r.measured_nll, r.ci_low_nll, r.ci_high_nll)} ({r.measured_as_nll}), where the study's rule "
+            f"finds it {r.status}." for r in moved.itertuples()]
+    return out
+
+
 def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experiment,
           epoch_budgets: Sequence[tuple[str, int]], split: str, gradinit_fit: pd.DataFrame | None = None) -> Depth:
     """The depth section's tables at ``epoch_budgets`` ((label, epoch), the last first), on ``split``."""
@@ -531,20 +584,26 @@ def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experi
     n_with = rates[rates["budget"] == last]["n_with_fate"].tolist()
     deep = _deep_cells(rates, last, levels[-1])
     opening = _lead(deep, levels[-1])
+    rates_nll = rate_table(seed_fates_by_depth(epochs, experiment, epoch_budgets[:1], split, nll_only(settings)),
+                           experiment)
+    claims = claim_table(rates, last, gradinit_fit, levels)
+    sensitivity = sensitivity_table(rates, rates_nll, last, settings.failure_nll_ratio)
+    claims_nll = claim_table(rates_nll, last, None, levels)
     return Depth(
         depths=levels, rates=rates, fates=fates,
         quality=quality_table(epochs, fates, experiment, last, last_epoch, metrics),
         time_to_quality=time_table(epochs, fates, experiment, last, last_epoch, f"{split}_bleu_tok",
                                    settings.quality_fractions),
-        test=test_rows(seeds, experiment), claims=claim_table(rates, last, gradinit_fit, levels),
+        test=test_rows(seeds, experiment), claims=claims,
         confounds=confound_table(experiment), resolution=resolution_text([n for n in n_with if n > 0]),
         rule=bu.failure_rule(settings) + "; here the best run is taken among the runs of the seed's own depth and "
         "lr_max",
         floor=experiment.eval.valid_bleu_floor, finding=tuple(opening + _details(deep, gradinit_fit, levels[-1])),
-        lead=tuple(opening))
+        lead=tuple(opening), sensitivity=sensitivity, sensitivity_claims=claims_nll,
+        sensitivity_words=tuple(sensitivity_words(sensitivity, claims, claims_nll)))
 
 
 __all__ = ["Depth", "depth", "depth_of", "wilson", "rate_difference", "smallest_resolved",
            "resolution_text", "seed_fates_by_depth", "rate_table", "quality_table", "time_table", "test_rows",
-           "confound_table", "claim_table", "finding", "lead", "prediction", "learning_rates", "lr_of", "DEPTH_CLAIMS",
-           "OPEN"]
+           "confound_table", "claim_table", "finding", "lead", "nll_only", "sensitivity_table", "sensitivity_words",
+           "prediction", "learning_rates", "lr_of", "DEPTH_CLAIMS", "OPEN"]
