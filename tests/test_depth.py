@@ -350,8 +350,9 @@ def test_the_post_hoc_reading_judges_the_nll_part_alone():
                                  dp.claim_table(rates_nll, "last", None, [6, 18]))
     assert words[0].startswith("Post hoc, not the study's rule: by the rule's NLL part alone (a seed fails when it "
                                "diverged, stopped or its NLL is above 1.5 x the best run's")
-    assert words[0].endswith("the failures of 2 of 20 cells change: Post-LN without warm-up at 18 layers and lr_max "
-                             "0.002 (3 → 0 of 3); Post-LN without warm-up at 18 layers and lr_max 0.001 (3 → 0 of 3).")
+    assert words[0].endswith("the failures of 2 of 20 cells change: Post-LN without warm-up at 18 layers and "
+                             "lr_max 0.002 (3 → 0 of 3); Post-LN without warm-up at 18 layers and lr_max 0.001 "
+                             "(3 → 0 of 3).")
     claim = 'the claim "Post-LN without warm-up fails more often at 18 layers than at 6"'
     assert words[1].startswith(f"By it {claim} at lr_max 0.002 is not reproduced, −1.00 [")
     assert words[1].endswith("where the study's rule finds it inconclusive.")

@@ -8,13 +8,14 @@ docs/outputs.md), or with its Answer's headline (answer.md's first paragraph) wh
 whose published report does not exist yet says so, and how many units the study's store holds where it has one.
 ``--check`` only compares and fails when the README differs (tests/test_readme_results.py runs it on each part).
 Every number in a part is a cell of one of those tables or a sentence of answer.md, formatted, never recomputed
-(the depth part's resolution sentence is ``depth.resolution_text`` of the rate table's seed counts: arithmetic of
-the design, not of the results).
+(the depth part's resolution is ``depth.smallest_resolved`` of the rate table's seed counts: arithmetic of the
+design, not of the results).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,9 +141,18 @@ def plateau_sentence(report: Path, runs: list[str]) -> str:
             "each other.")
 
 
-def figure_and_link(report: Path, shown_as: str, figure: str, alt: str) -> str:
-    """The headline figure as an image in the report's figures/, the scale, and the link to the report."""
-    return (f"![{alt}]({shown_as}/figures/{figure})\n\nScale: {_scale(report)}, not the paper's IWSLT14 setup. "
+def depth_scale(report: Path) -> str:
+    """The depth study's scale: the claims table's, with every depth of its rate table (each run of a claim has
+    one depth; the study has several)."""
+    depths = sorted(int(d) for d in _table(report, "depth_rates")["depth"].unique())
+    return re.sub(r"\d+\+\d+ layers", " and ".join(f"{d}+{d}" for d in depths) + " layers", _scale(report))
+
+
+def figure_and_link(report: Path, shown_as: str, figure: str, alt: str, scale: str | None = None) -> str:
+    """The headline figure as an image in the report's figures/, the scale (the claims table's unless given),
+    and the link to the report."""
+    scale = scale or _scale(report)
+    return (f"![{alt}]({shown_as}/figures/{figure})\n\nScale: {scale}, not the paper's IWSLT14 setup. "
             f"The full tables, figures and every deviation from the paper: [`{shown_as}/index.html`]"
             f"({shown_as}/index.html).")
 
@@ -157,32 +167,29 @@ def figure4_part(report: Path, shown_as: str) -> list[str]:
 
 
 def depth_failures_sentence(report: Path) -> str:
-    """The cells with failed seeds at the last epoch, with Wilson 95% intervals (depth_rates.csv), and the
-    design's resolution."""
-    from ..sections.depth import resolution_text
+    """How many cells have failed seeds at the last epoch (each cell's rate and Wilson interval are the report's
+    rates table, depth_rates.csv), and the design's resolution: the smallest difference of two cells' rates it
+    resolves, at each count of seeds a cell."""
+    from ..sections.depth import smallest_resolved
 
     rates = _table(report, "depth_rates")
     at = rates[rates["budget"] == _budget(report)]
-    several = at["lr_max"].nunique() > 1  # then each cell names its learning rate
-    failed = [f"{r['label']} at {int(r['depth'])} layers {'with' if bool(r['warmup']) else 'without'} warm-up"
-              + (f" and lr_max {sig(r['lr_max'])}" if several else "")
-              + f" {int(r['n_failed'])} of {int(r['n_with_fate'])} [{_num(r['failure_low'])}, "
-              f"{_num(r['failure_high'])}]"
-              for _, r in at.iterrows() if int(r["n_with_fate"]) and int(r["n_failed"])]
+    failed = int(((at["n_with_fate"] > 0) & (at["n_failed"] > 0)).sum())
+    counts = sorted({int(n) for n in at["n_with_fate"] if int(n) > 0}, reverse=True)
+    resolved = ", ".join(f"{_num(smallest_resolved(n, n))} at {n} seeds a cell" for n in counts)
     epoch = int(at["epoch"].iloc[0]) if len(at) else 0
-    n_with = [int(n) for n in at["n_with_fate"] if int(n) > 0]
-    return (f"Failed seeds at epoch {epoch} (diverged, stopped or did not train against the best run of the same "
-            f"depth{' and lr_max' if several else ''}; Wilson 95% interval): {'; '.join(failed) if failed else 'none'}"
-            f"; every other cell none. Resolution: {resolution_text(n_with)}.")
+    return (f"Failed seeds at epoch {epoch} (diverged, stopped or did not train): in {failed} of {len(at)} cells, "
+            f"each rate with its Wilson 95% interval in the report. The smallest difference of two cells' rates the "
+            f"design resolves (Newcombe 95%): {resolved or 'none'}.")
 
 
 def depth_sensitivity_sentence(report: Path) -> str:
-    """The post-hoc reading of the failure rule (its NLL part alone), labelled as such: the cells whose failures
+    """The post-hoc reading of the failure rule (its NLL part alone), labelled as such: how many cells' failures
     it changes and the claims whose status it changes (``depth.sensitivity_words`` over the report's tables)."""
     from ..sections.depth import sensitivity_words
 
     return " ".join(sensitivity_words(_table(report, "depth_rule_sensitivity"), _table(report, "depth_claims"),
-                                      _table(report, "depth_claims_nll_only")))
+                                      _table(report, "depth_claims_nll_only"), brief=True))
 
 
 def depth_limits_sentence(report: Path) -> str:
@@ -203,11 +210,12 @@ def depth_limits_sentence(report: Path) -> str:
 
 def depth_part(report: Path, shown_as: str) -> list[str]:
     """The depth study's part: its answer (answer.md's lead: which variants trained at the deepest depth without
-    warm-up, at each lr_max), the cells with failed seeds and their intervals, the post-hoc reading of the
-    failure rule, what it cannot show, the figure."""
+    warm-up, at each lr_max), how many cells have failed seeds and the design's resolution, the post-hoc reading
+    of the failure rule, what it cannot show, the figure."""
     return [*answer_paragraphs(report, "depth finding"), depth_failures_sentence(report),
             depth_sensitivity_sentence(report), depth_limits_sentence(report),
-            figure_and_link(report, shown_as, DEPTH_FIGURES["depth"], "failure rate against depth")]
+            figure_and_link(report, shown_as, DEPTH_FIGURES["depth"], "failure rate against depth",
+                            depth_scale(report))]
 
 
 @dataclass(frozen=True)

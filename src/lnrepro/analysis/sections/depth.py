@@ -547,20 +547,23 @@ def sensitivity_table(rates: pd.DataFrame, rates_nll: pd.DataFrame, budget: str,
     return table.reset_index(drop=True)
 
 
-def sensitivity_words(table: pd.DataFrame, claims: pd.DataFrame, claims_nll: pd.DataFrame) -> list[str]:
+def sensitivity_words(table: pd.DataFrame, claims: pd.DataFrame, claims_nll: pd.DataFrame, brief: bool = False
+                      ) -> list[str]:
     """The post-hoc reading in words, from its table and the two claims tables (the report's or their CSVs): the
-    cells whose failures change, and the claims whose status changes, each with its measure by the NLL part."""
+    cells whose failures change (``brief``: counted, not named, the rule in fewer words), and the claims whose
+    status changes, each with its measure by the NLL part."""
     if table.empty:
         return []
     ratio = sig(float(table["failure_nll_ratio"].iloc[0]))
     changed = table[table["n_failed"] != table["n_failed_nll_only"]]
-    cells = "; ".join(f"{r.label} {'with' if bool(r.warmup) else 'without'} warm-up at {int(r.depth)} layers and "
+    named = "; ".join(f"{r.label} {'with' if bool(r.warmup) else 'without'} warm-up at {int(r.depth)} layers and "
                       f"lr_max {sig(r.lr_max)} ({int(r.n_failed)} → {int(r.n_failed_nll_only)} of "
                       f"{int(r.n_with_fate)})" for r in changed.itertuples())
-    out = [f"Post hoc, not the study's rule: by the rule's NLL part alone (a seed fails when it diverged, stopped or "
-           f"its NLL is above {ratio} x the best run's at its depth and lr_max; its BLEU is not judged), "
-           + (f"the failures of {len(changed)} of {len(table)} cells change: {cells}." if len(changed)
-              else "no cell's failures change.")]
+    rule = (f"NLL above {ratio} x the best run's; BLEU not judged" if brief else f"a seed fails when it diverged, "
+            f"stopped or its NLL is above {ratio} x the best run's at its depth and lr_max; its BLEU is not judged")
+    out = [f"Post hoc, not the study's rule: by the rule's NLL part alone ({rule}), "
+           + (f"the failures of {len(changed)} of {len(table)} cells change" + ("." if brief else f": {named}.")
+              if len(changed) else "no cell's failures change.")]
     both = claims.merge(claims_nll, on=["id", "lr_max"], suffixes=("", "_nll")).dropna(subset=["lr_max"])
     moved = both[both["status"] != both["status_nll"]]
     out += [f"By it the claim \"{r.claim}\" at lr_max {sig(r.lr_max)} is {r.status_nll}, "
