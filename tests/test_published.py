@@ -51,7 +51,7 @@ def test_every_planned_path_lies_under_results(fresh_clone: Path, preset: str | 
 
 
 # The published studies whose README command must plan them whole on a fresh clone.
-README_STUDIES = ["study-cpu", "endpoint-cpu"]
+README_STUDIES = ["study-cpu", "endpoint-cpu", "depth-cpu"]
 
 
 @pytest.mark.parametrize("name", README_STUDIES)
