@@ -289,7 +289,7 @@ def _depth(page: Page) -> dict[str, Any] | None:
             "test": d.test, "n_skipped": len(skipped), "claims": vw.claims_view(d.claims),
             "statuses": ", ".join(STATUSES), "open": OPEN, "confounds": d.confounds,
             "sensitivity": vw.depth_sensitivity_view(d.sensitivity), "sensitivity_words": " ".join(d.sensitivity_words),
-            "sensitivity_claims": vw.claims_view(d.sensitivity_claims.dropna(subset=["lr_max"]))}
+            "sensitivity_claims": vw.claims_view(d.sensitivity_claims)}
 
 
 def _claims(page: Page) -> dict[str, Any]:

@@ -256,13 +256,18 @@ def variant_view(v: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def _depth_cells(cells: pd.DataFrame) -> dict[str, pd.Series]:
+    """The columns that name a depth cell on the page: variant, layers, warm-up and lr_max."""
+    return {"variant": cells["label"], "layers": cells["depth"],
+            "warm-up": cells["warmup"].map({True: "yes", False: "no"}), "lr_max": cells["lr_max"]}
+
+
 def depth_rates_view(rates: pd.DataFrame, budget: str) -> pd.DataFrame:
     """depth_rates.csv at one budget, as the Depth section shows it: each rate with its Wilson interval and its
     count in one cell, variant x depth x warm-up x lr_max."""
     at = rates[rates["budget"] == budget]
     return pd.DataFrame({
-        "variant": at["label"], "layers": at["depth"], "warm-up": at["warmup"].map({True: "yes", False: "no"}),
-        "lr_max": at["lr_max"],
+        **_depth_cells(at),
         "failure [Wilson 95%]": [f"{interval_cell(r.failure_rate, r.failure_low, r.failure_high)} ({r.n_failed}/"
                                  f"{r.n_with_fate})" for r in at.itertuples()],
         "divergence [Wilson 95%]": [f"{interval_cell(r.divergence_rate, r.divergence_low, r.divergence_high)} "
@@ -276,8 +281,7 @@ def depth_sensitivity_view(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     return pd.DataFrame({
-        "variant": table["label"], "layers": table["depth"],
-        "warm-up": table["warmup"].map({True: "yes", False: "no"}), "lr_max": table["lr_max"],
+        **_depth_cells(table),
         "failed, the study's rule": [f"{r.n_failed}/{r.n_with_fate}" for r in table.itertuples()],
         "failed, NLL part alone [Wilson 95%]": [
             f"{interval_cell(r.failure_rate_nll_only, r.failure_low_nll_only, r.failure_high_nll_only)} "

@@ -152,7 +152,7 @@ class Depth:
     rule: str = ""
     floor: float | None = None  # eval.valid_bleu_floor
     finding: tuple[str, ...] = ()  # the section's opening sentences (``finding``)
-    lead: tuple[str, ...] = ()  # its first ones: the depth question's answer (``lead``)
+    lead: tuple[str, ...] = ()  # its first ones: the depth question's answer (``_lead``)
     # the post-hoc reading (``nll_only``): SENSITIVITY_COLUMNS at the last budget, the claims by it, in words
     sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
     sensitivity_claims: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -467,15 +467,10 @@ def _deep_cells(rates: pd.DataFrame, budget: str, deepest: int) -> tuple[int, pd
         label=("label", "first"), k=("n_failed", "sum"), n=("n_with_fate", "sum")).reset_index()
 
 
-def lead(rates: pd.DataFrame, budget: str, deepest: int) -> list[str]:
-    """The depth question's answer in one sentence per lr_max, at ``budget`` and ``deepest`` layers without
-    warm-up: the variants with which most seeds trained and those with which most failed (``finding`` opens
-    with it; the report's summary and answer.md lead with it in an experiment without Figure 4's pair)."""
-    return _lead(_deep_cells(rates, budget, deepest), deepest)
-
-
 def _lead(found: tuple[int, pd.DataFrame] | None, deepest: int) -> list[str]:
-    """``lead`` from ``_deep_cells``' result."""
+    """The depth question's answer in one sentence per lr_max, from ``_deep_cells``' cells at ``deepest`` layers
+    without warm-up: the variants with which most seeds trained and those with which most failed (``finding``
+    opens with it; the report's summary and answer.md lead with it in an experiment without Figure 4's pair)."""
     from .confounds import and_words
 
     if found is None:
@@ -608,5 +603,5 @@ def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experi
 
 __all__ = ["Depth", "depth", "depth_of", "wilson", "rate_difference", "smallest_resolved",
            "resolution_text", "seed_fates_by_depth", "rate_table", "quality_table", "time_table", "test_rows",
-           "confound_table", "claim_table", "finding", "lead", "nll_only", "sensitivity_table", "sensitivity_words",
+           "confound_table", "claim_table", "finding", "nll_only", "sensitivity_table", "sensitivity_words",
            "prediction", "learning_rates", "lr_of", "DEPTH_CLAIMS", "OPEN"]
