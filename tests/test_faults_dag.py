@@ -25,7 +25,7 @@ import yaml
 from conftest import DEMO_PAIR, REPO, DemoRun, copy_run, snakemake
 from lnrepro.config import RunConfig, experiment, load_config
 from lnrepro.errors import LnReproError
-from lnrepro.io import file_sha256
+from lnrepro.io import file_sha256, json_text
 from lnrepro.config.settings import used_settings
 from run_results import score_diffs, table_diffs, training_diffs
 
@@ -155,6 +155,20 @@ def test_beam_reruns_scoring_and_the_report_only(demo_pair_run, every_job, tmp_p
 def test_notes_rerun_the_report_only(demo_pair_run, every_job, tmp_path):
     jobs = planned(demo_pair_run, layer={"notes": "another note"}, tmp=tmp_path)
     assert jobs == sorted(_slices(every_job, "experiment") + REPORT)
+
+
+def test_a_slice_too_long_for_a_shell_command_is_written_by_a_run_job(demo_pair_run, tmp_path):
+    """Slices are written by shell jobs, their text on the command line (the bytes json_text writes); one longer
+    than a shell argument may be (Linux: 128 KiB) by write_large_slice, with the same bytes."""
+    x = _demo(tmp=tmp_path)
+    assert (demo_pair_run.exp_dir / "experiment.json").read_text() == json_text(x.to_dict())
+    assert (demo_pair_run.exp_dir / "eval.json").read_text() == json_text(x.eval.scoring(tuple(x.eval.splits)).to_dict())
+    run = copy_run(demo_pair_run, tmp_path)
+    layer = {"notes": "a long note " * 11_000}  # 132,000 characters
+    assert planned(run, layer=layer, tmp=tmp_path) == ["all", "make_report", "write_large_slice[slice=experiment]"]
+    snakemake(run.workdir, "results/demo/experiment.json", "--cores", "1", "--configfile", *DEMO_PAIR,
+              str(tmp_path / "layer.yaml"))
+    assert (run.exp_dir / "experiment.json").read_text() == json_text(_demo(layer, tmp=tmp_path).to_dict())
 
 
 def test_published_numbers_rerun_the_report_only(demo_pair_run, tmp_path):

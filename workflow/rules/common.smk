@@ -1,7 +1,7 @@
 # What the rule files share besides lnrepro.paths (P): the configuration slices every stage reads.
 
 
-from lnrepro.io import atomic_write_json
+from lnrepro.io import atomic_write_json, json_text
 
 # Scoring: the splits scored together at some epochs (EvalSettings.groups) have one rule and one slice each,
 # named by a suffix: none for the group of every split (score_checkpoint, eval.json), else _{splits}
@@ -47,19 +47,39 @@ def job_resources(rule):
     return {"mem_mb": r.mem_mb, "runtime": r.runtime, "gpu": r.gpus}
 
 
+# A slice is written by a shell job (milliseconds; a `run:` job is a second Snakemake process that parses the
+# Snakefile again, seconds), its text one argument of the shell's command line, which Linux caps at 128 KiB
+# (131,072 bytes); a longer slice (the experiment slice of several hundred runs) by write_large_slice, a `run:` job.
+SHELL_SLICE_MAX = 120_000  # bytes of a slice's text (ASCII: json_text escapes the rest), room left for the command
+TEXTS = {name: json_text(s) for name, s in SLICES.items()}
+LARGE_SLICES = [name for name, text in TEXTS.items() if len(text) > SHELL_SLICE_MAX]
+
+
 rule write_slice:
     output:
         P.root + "/{slice}.json",
     wildcard_constraints:
-        slice="|".join(SLICES),
+        slice="|".join(name for name in SLICES if name not in LARGE_SLICES),
     params:
-        slice=lambda w: SLICES[w.slice],
-    run:
-        atomic_write_json(output[0], params.slice)
+        slice=lambda w: TEXTS[w.slice],
+    shell:
+        "printf '%s' {params.slice:q} > {output}.tmp && mv {output}.tmp {output}"
 
 
-# One per training, so a shell job: Snakemake runs a `run:` job as a second Snakemake process that parses the
-# Snakefile again (seconds each), a shell job in milliseconds. The JSON is the slice's text (Section.text, the
+if LARGE_SLICES:
+
+    rule write_large_slice:
+        output:
+            P.root + "/{slice}.json",
+        wildcard_constraints:
+            slice="|".join(LARGE_SLICES),
+        params:
+            slice=lambda w: SLICES[w.slice],
+        run:
+            atomic_write_json(output[0], params.slice)
+
+
+# One per training, a shell job as write_slice. The JSON is the slice's text (Section.text, the
 # bytes RunConfig.write writes and whose digest train_run passes to the trainer), to a temporary name and
 # renamed into place. It leaves out the schedule settings the run's switches do not use
 # (Experiment.run_config), so changing one retrains only the runs that use it.
