@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 import math
 import re
@@ -100,6 +101,13 @@ def load_schema() -> dict:
     return schema
 
 
+@functools.lru_cache(maxsize=4)
+def _validator(norms: tuple[str, ...], optimizers: tuple[str, ...]) -> jsonschema.Draft202012Validator:
+    """The schema's validator, made once per set of registered norms and optimizers (the enums ``load_schema``
+    fills in: the key of the cache): ``load_schema`` parses the schema's YAML, a tenth of a second a call."""
+    return jsonschema.Draft202012Validator(load_schema())
+
+
 def _grid_values_schema(key: str) -> dict:
     """The schema of one grid key's list of values (``values`` and ``extended``): what the setting takes."""
     section, name = key.split(".")
@@ -133,7 +141,7 @@ def validate_config(config: dict) -> None:
     for key, value in non_finite(config):
         raise LnReproError(f"config: key {key}: {value} is not a finite number (every number of the config must be "
                            "finite)")
-    validator = jsonschema.Draft202012Validator(load_schema())
+    validator = _validator(tuple(NORMS), tuple(OPTIMIZERS))
     errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         err = errors[0]
