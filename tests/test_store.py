@@ -72,22 +72,24 @@ def _jobs(log: str) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One run of both seeds (``whole``), part one (seed 1, published into a new store), and part two, run in a
-    fresh working directory from the command ``--status`` proposes and published; the store after each part
-    (``store1``, ``store``). Slow by nature: three workflow runs, each from a fresh copy of the repository (data,
-    BPE, trainings, scoring), as three parts on three machines would run."""
+    """Part one (seed 1, published into a new store) and part two, run in a fresh working directory from the
+    command ``--status`` proposes and published; the store after each part (``store1``, ``store``); and one run of
+    both seeds (``whole``): part one's working directory run on to the whole study, seed 2 trained there too, as a
+    study grown in one place. Slow by nature: three workflow runs (data, BPE, trainings, scoring), the parts each
+    from a fresh copy of the repository, as parts on two machines would run."""
     import subprocess
     import sys
 
     base = tmp_path_factory.mktemp("store")
-    whole = _workdir(base / "whole")
-    snakemake(whole, "--cores", "2", "--configfile", *LAYERS)
     one = _workdir(base / "one")
     seed1 = [P.score(run, 1, "002") for run in ("postln_warmup_isqrt", "preln_nowarmup_step8")]
     log1 = snakemake(one, P.experiment_json, P.gradinit_csv, P.gradinit_fit_csv, *seed1,
                      P.gradinit_after_warmup_csv("postln_warmup_isqrt", 1), "--cores", "2", "--configfile",
                      *LAYERS).stderr
     assert _jobs(log1)["train_run"] == 2 and _jobs(log1)["gradinit_after_warmup"] == 1
+    whole = Path(shutil.copytree(one, base / "whole" / "repo", symlinks=True))  # modification times kept
+    log_whole = snakemake(whole, "--cores", "2", "--configfile", *LAYERS).stderr
+    assert _jobs(log_whole)["train_run"] == 2 and "prepare_corpus" not in _jobs(log_whole)  # seed 2 only
     _clean(one / P.root)
     store_dir = base / "published" / "demo"
     lnrepro = [sys.executable, "-m", "lnrepro"]
@@ -198,16 +200,19 @@ def _refused(parts: dict[str, Path], store_dir: Path, results: Path, capsys, *ex
 
 def test_same_part_twice_and_same_units_again_change_nothing(parts: dict[str, Path], tmp_path: Path,
                                                              capsys) -> None:
-    """Publishing part one again keeps its units and writes nothing; the one run of both seeds, trained apart on
-    the same host, has the same identity for seed 1 (kept) and adds seed 2."""
+    """Publishing part one again keeps its units and writes nothing; the one run of both seeds keeps seed 1 and
+    adds seed 2, which, trained apart from part two's on the same host, has part two's identity (kept)."""
     store_dir = _store_copy(parts, tmp_path)
     before = _snapshot(store_dir)
     rc, out = _publish(parts["one"], store_dir, results=_results_copy(parts["one"], tmp_path), capsys=capsys)
     assert rc == 0 and "added 0, kept 2" in out and "kept postln_warmup_isqrt seed 1" in out
     assert _snapshot(store_dir) == before
-    rc, out = _publish(parts["one"], store_dir, results=_results_copy(parts["whole"], tmp_path, "whole"),
-                       capsys=capsys)
+    whole = _results_copy(parts["whole"], tmp_path, "whole")
+    rc, out = _publish(parts["one"], store_dir, results=whole, capsys=capsys)
     assert rc == 0 and "added 2, kept 2" in out, out
+    full = Path(shutil.copytree(parts["store"], tmp_path / "full" / "demo", ignore=shutil.ignore_patterns("report")))
+    rc, out = _publish(parts["one"], full, results=whole, capsys=capsys)
+    assert rc == 0 and "added 0, kept 4" in out and "kept postln_warmup_isqrt seed 2" in out, out
 
 
 def test_refuses_other_run_settings(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
