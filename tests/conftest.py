@@ -98,13 +98,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return WorkUnits(config, log)
 
 
-def copy_repo(dest: Path) -> Path:
-    """Copy the repository's tracked and untracked-but-not-ignored files (what a clean checkout has) to ``dest``."""
+def copy_repo(dest: Path, stores: bool = False) -> Path:
+    """Copy the repository's tracked and untracked-but-not-ignored files (what a clean checkout has) to ``dest``;
+    the published stores (published/: thousands of records, which no workflow run reads) only with ``stores``."""
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=REPO, check=True, capture_output=True,
     ).stdout.decode().split("\0")
     for name in filter(None, files):
+        if not stores and name.startswith("published/"):
+            continue
         src = REPO / name
         if src.is_file():
             target = dest / name

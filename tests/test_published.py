@@ -32,7 +32,7 @@ def planned(workdir: Path, preset: str | None) -> tuple[set[str], dict[str, int]
 
 @pytest.fixture(scope="module")
 def fresh_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return copy_repo(tmp_path_factory.mktemp("published") / "repo")
+    return copy_repo(tmp_path_factory.mktemp("published") / "repo", stores=True)
 
 
 def test_no_committed_file_lies_under_results() -> None:
