@@ -56,3 +56,25 @@ def test_ctrl_c_in_a_stage_is_one_line_and_the_shells_status(command: list[str],
     err = capsys.readouterr().err
     assert err == (f"lnrepro {command[0]}: interrupted; the files written so far are whole: rerun the same command "
                    f"({again})\n")
+
+
+def test_main_as_the_program_freezes_the_collector_and_in_process_does_not(monkeypatch) -> None:
+    """Run as the program (no ``argv``: the console script, ``python -m lnrepro``), ``main`` freezes the garbage
+    collector before the process exits, whatever the stage's status; called with arguments, in a process that goes
+    on, it does not."""
+    import gc
+
+    from lnrepro import cli
+    from lnrepro.errors import LnReproError
+
+    def failing(args) -> None:
+        raise LnReproError("no input")
+
+    monkeypatch.setattr(cli, "_prepare", failing)
+    gc.unfreeze()
+    try:
+        assert cli.main(["prepare", *COMMANDS["prepare"]]) == 1 and gc.get_freeze_count() == 0
+        monkeypatch.setattr(sys, "argv", ["lnrepro", "prepare", *COMMANDS["prepare"]])
+        assert cli.main() == 1 and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
