@@ -162,7 +162,8 @@ def test_a_slice_too_long_for_a_shell_command_is_written_by_a_run_job(demo_pair_
     than a shell argument may be (Linux: 128 KiB) by write_large_slice, with the same bytes."""
     x = _demo(tmp=tmp_path)
     assert (demo_pair_run.exp_dir / "experiment.json").read_text() == json_text(x.to_dict())
-    assert (demo_pair_run.exp_dir / "eval.json").read_text() == json_text(x.eval.scoring(tuple(x.eval.splits)).to_dict())
+    every_split = x.eval.scoring(tuple(x.eval.splits))
+    assert (demo_pair_run.exp_dir / "eval.json").read_text() == json_text(every_split.to_dict())
     run = copy_run(demo_pair_run, tmp_path)
     layer = {"notes": "a long note " * 11_000}  # 132,000 characters
     assert planned(run, layer=layer, tmp=tmp_path) == ["all", "make_report", "write_large_slice[slice=experiment]"]

@@ -1,7 +1,7 @@
 # What the rule files share besides lnrepro.paths (P): the configuration slices every stage reads.
 
 
-from lnrepro.io import atomic_write_json, json_text
+from lnrepro.io import atomic_write_text, json_text
 
 # Scoring: the splits scored together at some epochs (EvalSettings.groups) have one rule and one slice each,
 # named by a suffix: none for the group of every split (score_checkpoint, eval.json), else _{splits}
@@ -74,9 +74,9 @@ if LARGE_SLICES:
         wildcard_constraints:
             slice="|".join(LARGE_SLICES),
         params:
-            slice=lambda w: SLICES[w.slice],
+            slice=lambda w: TEXTS[w.slice],
         run:
-            atomic_write_json(output[0], params.slice)
+            atomic_write_text(output[0], params.slice)
 
 
 # One per training, a shell job as write_slice. The JSON is the slice's text (Section.text, the
