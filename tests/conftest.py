@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,6 +193,31 @@ def tiny_experiment(model: dict | None = None, gradinit: dict | None = None):
         return experiment(load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml", tmp]))
     finally:
         tmp.unlink()
+
+
+@contextmanager
+def figures_unsaved() -> Iterator[list]:
+    """Within it, the report's figures are drawn but not saved: ``plots._save`` collects each figure (closed on
+    leaving) and returns its path, writing nothing. For tests that inspect a figure, and for tests of a report's
+    text and tables, since matplotlib's layout and PNG rendering are most of a report's time; the saved figures
+    are tested by tests/test_report.py's module report, tests/test_depth.py and every end-to-end run."""
+    from lnrepro.analysis.render import plots
+
+    figs: list = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plots, "_save", lambda fig, path: figs.append(fig) or Path(path))
+        try:
+            yield figs
+        finally:
+            for fig in figs:
+                plots.plt.close(fig)
+
+
+@pytest.fixture
+def drawn() -> Iterator[list]:
+    """The figures the plot functions draw during the test, in order, none saved (``figures_unsaved``)."""
+    with figures_unsaved() as figs:
+        yield figs
 
 
 def fake_bpe(path: Path, vocab: int = 40, n: int = 96, seed: int = 0) -> Path:

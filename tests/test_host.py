@@ -75,6 +75,7 @@ def test_every_unit_records_its_host_and_commit(pair_tree):
             assert scores.git_commit == record.git_commit and scores.git_commit is not None
 
 
+@pytest.mark.usefixtures("drawn")
 def test_cost_across_hosts_is_confounded_by_the_host_quality_per_epoch_is_not(pair_tree, tmp_path):
     exp_dir, exp = pair_tree
     before = build(read_results(exp_dir, exp), exp)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, figures_unsaved
 from lnrepro.analysis.render import readme_results as rr
 from lnrepro.analysis.render.report import make_report
 from lnrepro.errors import LnReproError
@@ -65,7 +65,8 @@ def test_the_study_part_states_its_edition() -> None:
 def report(tmp_path_factory) -> Path:
     """A report of fabricated run outputs (tests/test_report.py's tree, one seed diverged)."""
     exp_dir, exp = make_tree(tmp_path_factory.mktemp("rr"), diverge=DIVERGE)
-    make_report(exp_dir, exp, exp_dir / "report")
+    with figures_unsaved():  # the part reads the tables and answer.md; it names the figure, never opens it
+        make_report(exp_dir, exp, exp_dir / "report")
     return exp_dir / "report"
 
 
@@ -224,7 +225,8 @@ def test_the_depth_part(tmp_path_factory) -> None:
 
     exp = depth_experiment()
     exp_dir = depth_tree(tmp_path_factory.mktemp("depth"), exp)
-    make_report(exp_dir, exp, exp_dir / "report")
+    with figures_unsaved():
+        make_report(exp_dir, exp, exp_dir / "report")
     report = exp_dir / "report"
     body = rr.results_markdown(report, "published/depth-cpu", part="depth")
     rates = pd.read_csv(report / "tables" / "depth_rates.csv")

@@ -373,6 +373,7 @@ def test_answer_md_quotes_the_answer_section_and_the_equivalence_tests(report):
     assert "answer.md" in _section(index.read_text(), "files")
 
 
+@pytest.mark.usefixtures("drawn")
 def test_equivalence_tested_and_failure_reference_printed(tmp_path):
     """Without a failed arm the end point is tested (its resolution first); a run of
     analysis.report.failure_reference is judged against its reference, which the failure rule names."""
@@ -439,6 +440,7 @@ def test_data_budget_effect_and_failure_tables(report):
     assert [r[0] for r in p.tables["unstated"][1:]][:3] == ["weight decay", "Adam eps", "gradient clipping"]
 
 
+@pytest.mark.usefixtures("drawn")
 def test_tuned_baselines_in_the_report(tmp_path):
     exp_dir, exp = make_tree(tmp_path, diverge=DIVERGE)
     grids = {"g_post": {"base": "postln_warmup_isqrt", "values": {"schedule.warmup": [True, False]}, "seeds": SEEDS,
@@ -477,6 +479,7 @@ TUNED_GRIDS = {"g_post": {"base": "postln_warmup_isqrt", "values": {"schedule.wa
                          "runs": ["preln_nowarmup_step8", "preln_warmup_isqrt"]}}
 
 
+@pytest.mark.usefixtures("drawn")
 def test_report_with_test_scored_at_the_last_epoch_only(tmp_path):
     """eval.splits.test.epochs [last]: test's scores are NaN in epochs.csv and absent from scores_long.csv where
     not scored, its per-epoch table has the last epoch's row only, its cells only the last-epoch budget (the
@@ -514,6 +517,7 @@ def test_report_with_test_scored_at_the_last_epoch_only(tmp_path):
         assert not math.isnan(claims.loc[claim, "measured"])
 
 
+@pytest.mark.usefixtures("drawn")
 def test_report_over_runs_of_two_lengths(tmp_path):
     """Figure 4's pair trains 5 epochs, the other cells 3, test scored at each run's last epoch: every comparison
     is made at epochs all its runs have. The study's last budget is epoch 3 and epoch 5 one of the pair alone;
@@ -570,6 +574,7 @@ def test_report_over_runs_of_two_lengths(tmp_path):
     assert kv["splits.test.epochs"] == f"{EPOCHS} epochs: [{EPOCHS}]; {long} epochs: [{long}]"
 
 
+@pytest.mark.usefixtures("drawn")
 def test_a_claim_needing_an_unscored_epoch_says_so(tmp_path):
     """valid scored at epochs 1 and 3 only (test at 2 and 3): the Figure 4 epoch-ratio claim needs valid at
     epoch 2 (three quarters of 3), so it is not measured and says why; valid's cells leave out the earlier
@@ -681,17 +686,7 @@ def test_report_with_gradinit_and_partial_tree(tmp_path):
     assert header[:2] == ["depth", "Post-LN"] and [row[0] for row in cells] == ["2", "3"]
 
 
-# --- the figures, each drawn from fabricated tables (plots._save captured: the figure is inspected, not the PNG)
-
-
-@pytest.fixture
-def drawn(monkeypatch) -> list:
-    """The figures the plot functions would save, in order (closed at the end of the test)."""
-    figs: list = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or Path(path))
-    yield figs
-    for fig in figs:
-        plots.plt.close(fig)
+# --- the figures, each drawn from fabricated tables (conftest's ``drawn``: the figure is inspected, not the PNG)
 
 
 def _texts(fig) -> str:
