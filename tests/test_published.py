@@ -4,6 +4,7 @@ does, and the README's study command plans the whole study on a fresh clone."""
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -18,6 +19,7 @@ PRESETS = [None, *sorted(p.name for p in (REPO / "presets").glob("*.yaml"))]
 MIRROR = 'defaults={"data": {"multi30k": {"mirror": "/path/to/multi30k"}}}'  # the README's study command
 
 
+@functools.cache  # a published study's plan is read by both tests below: one dry run each
 def planned(workdir: Path, preset: str | None) -> tuple[set[str], dict[str, int]]:
     """Every path the dry run says a job writes, and its job counts per rule."""
     args = ["-n", "--cores", "2"] + (["--configfile", f"presets/{preset}", "--config", MIRROR] if preset else [])
