@@ -201,6 +201,16 @@ def read_json(path: str | os.PathLike) -> Any:
         raise LnReproError(f"{path}: not valid JSON ({e})") from e
 
 
+def read_yaml(path: str | os.PathLike) -> Any:
+    """A YAML file as ``yaml.safe_load`` reads it, parsed by libyaml where PyYAML has it (several times faster
+    than the Python parser: every snakemake process reads the configs and the schema, the tests hundreds of
+    times)."""
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 GZ = ".gz"  # a record stored compressed (a store's logs and hypotheses) is its file's name plus this
 
 

@@ -30,13 +30,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .config import experiment, load_config, resources
 from .config.settings import Experiment
 from .errors import LnReproError
 from .host import cpu_flags, host_key
-from .io import read_json
+from .io import read_json, read_yaml
 from .paths import EXPERIMENT_JSON, STORE_CONFIG, Paths
 from .records import RunRecord, RunSummary
 from .store import Index, Unit, extension_of, units_of
@@ -99,8 +97,7 @@ def status(store: Path, threads: int | None = None, configfiles: list[str] | Non
                            "results/{name} " + f"{store} --configfile ...`; `lnrepro publish --status {store} "
                            "--configfile ...` measures what a first part costs here")
     exp = Experiment.read(store / EXPERIMENT_JSON)
-    with open(store / STORE_CONFIG, encoding="utf-8") as f:
-        config = yaml.safe_load(f)
+    config = read_yaml(store / STORE_CONFIG)
     grown = _grown(store, configfiles) if configfiles else None
     if grown:
         config, exp = grown

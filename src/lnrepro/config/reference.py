@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from ..io import write_generated
+from ..io import read_yaml, write_generated
 from ..typed import plain
 from .load import REPO_ROOT, SCHEMA_PATH, load_schema
 from .settings import AnalysisSettings, EvalSettings, Section
@@ -186,8 +186,7 @@ class _Walk:
     the registries' enums) the allowed values, the defaults tree the defaults."""
 
     def __init__(self) -> None:
-        with open(SCHEMA_PATH, encoding="utf-8") as f:
-            self.raw = yaml.safe_load(f)
+        self.raw = read_yaml(SCHEMA_PATH)
         self.loaded = load_schema()
         self.shown: dict[str, str] = {}  # a $defs mapping's $ref -> the key its keys are listed under
 
@@ -242,8 +241,7 @@ def _field_defaults(cls: type[Section]) -> dict[str, Any]:
 
 def defaults_tree() -> dict:
     """config.yaml over the typed layer's field defaults of the sections it may leave keys out of."""
-    with open(CONFIG_PATH, encoding="utf-8") as f:
-        config = yaml.safe_load(f)
+    config = read_yaml(CONFIG_PATH)
     typed: dict = {}
     for dotted, cls in TYPED_DEFAULTS.items():
         *parents, last = dotted.split(".")
@@ -300,8 +298,7 @@ def reference_markdown() -> str:
 def undescribed_keys() -> list[str]:
     """Dotted keys of the schema (its properties, everywhere) without a ``description:`` of their own or of the
     ``$defs`` entry they refer to (a ``$defs`` mapping's keys named where it is first used)."""
-    with open(SCHEMA_PATH, encoding="utf-8") as f:
-        root = yaml.safe_load(f)
+    root = read_yaml(SCHEMA_PATH)
     missing: list[str] = []
     seen: set[str] = set()  # a $defs mapping's keys are checked once, where it is first used
 
