@@ -12,7 +12,6 @@ statuses. Torch-free, so the report and the Snakefile can read records without i
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any, ClassVar, Mapping, TypeVar
 from .errors import LnReproError
 from .io import atomic_write_text, file_sha256, finite_json, json_text, read_json
 from .paths import RunFolder
-from .typed import convert, plain
+from .typed import convert, plain, type_hints
 
 R = TypeVar("R", bound="Record")
 
@@ -66,7 +65,7 @@ class Record:
         missing = [k for k in fields if k not in data and k not in cls.OPTIONAL]
         if missing:
             raise LnReproError(f"{label}: missing key(s) {', '.join(missing)} (expected a {cls.__name__})")
-        hints = typing.get_type_hints(cls)
+        hints = type_hints(cls)
         kwargs = {k: convert(hints[k], data.get(k), _key(label, k), _key) for k in fields}
         record = cls(**kwargs)  # type: ignore[call-arg]
         status = getattr(record, "status", None)

@@ -4,6 +4,7 @@ which differ only in how they name keys and which keys may be absent."""
 
 from __future__ import annotations
 
+import functools
 import re
 import types
 import typing
@@ -13,6 +14,13 @@ from typing import Any, Callable, Mapping
 from .errors import LnReproError
 
 Key = Callable[[str, str], str]  # (where, key) -> the name of the key in an error
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints`` of a typed class, made once per class (it evaluates every annotation again on
+    each call: a fifth of reading a config, which builds hundreds of sections)."""
+    return typing.get_type_hints(cls)
 
 
 def convert(tp: Any, value: Any, where: str, key: Key, ints_as_floats: bool = False) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, TypeVar
@@ -18,7 +17,7 @@ from typing import Any, Iterable, Mapping, TypeVar
 from ..device import device_for
 from ..errors import LnReproError
 from ..io import atomic_write_text, json_text, read_json
-from ..typed import convert, plain
+from ..typed import convert, plain, type_hints
 
 T = TypeVar("T", bound="Section")
 
@@ -57,7 +56,7 @@ class Section:
         label = where or cls.__name__
         if not isinstance(data, Mapping):
             raise LnReproError(f"{label}: expected a mapping, got {type(data).__name__}")
-        hints = typing.get_type_hints(cls)
+        hints = type_hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(data) - set(fields))
         if unknown:
