@@ -1,7 +1,7 @@
 # What the rule files share besides lnrepro.paths (P): the configuration slices every stage reads.
 
 
-from lnrepro.io import atomic_write_text, json_text
+from lnrepro.io import atomic_write_text
 
 # Scoring: the splits scored together at some epochs (EvalSettings.groups) have one rule and one slice each,
 # named by a suffix: none for the group of every split (score_checkpoint, eval.json), else _{splits}
@@ -18,16 +18,17 @@ LENGTH = {last: "" if len(X.lengths) == 1 else f"_e{last}" for last in X.lengths
 
 # Each stage reads its settings from one JSON slice of the loaded config (lnrepro.config.settings); a rule
 # reruns exactly when its slice changes (Snakemake's params trigger). Each slice holds only what its readers
-# read: gradinit has its own rather than experiment.json, which the beam, the notes and every run change.
+# read: gradinit has its own rather than experiment.json, which the beam, the notes and every run change. Each is
+# held as the file's text (Section.text: the bytes Section.write writes and Section.sha256 digests).
 SLICES = {
-    "data": X.data.to_dict(),
-    "bpe": X.bpe.to_dict(),
-    **{"eval" + suffix: X.eval.scoring(splits).to_dict() for splits, suffix in SCORING.items()},
-    "experiment": X.to_dict(),
-    "gradinit": X.gradinit_config().to_dict(),
+    "data": X.data.text(),
+    "bpe": X.bpe.text(),
+    **{"eval" + suffix: X.eval.scoring(splits).text() for splits, suffix in SCORING.items()},
+    "experiment": X.text(),
+    "gradinit": X.gradinit_config().text(),
 }
 if X.after_warmup_run:  # the measurement after warm-up: only when its run is selected
-    SLICES["gradinit_after_warmup"] = X.gradinit_config(after_warmup=True).to_dict()
+    SLICES["gradinit_after_warmup"] = X.gradinit_config(after_warmup=True).text()
 
 
 def each_run(paths):
@@ -51,8 +52,7 @@ def job_resources(rule):
 # Snakefile again, seconds), its text one argument of the shell's command line, which Linux caps at 128 KiB
 # (131,072 bytes); a longer slice (the experiment slice of several hundred runs) by write_large_slice, a `run:` job.
 SHELL_SLICE_MAX = 120_000  # bytes of a slice's text (ASCII: json_text escapes the rest), room left for the command
-TEXTS = {name: json_text(s) for name, s in SLICES.items()}
-LARGE_SLICES = [name for name, text in TEXTS.items() if len(text) > SHELL_SLICE_MAX]
+LARGE_SLICES = [name for name, text in SLICES.items() if len(text) > SHELL_SLICE_MAX]
 
 
 rule write_slice:
@@ -61,7 +61,7 @@ rule write_slice:
     wildcard_constraints:
         slice="|".join(name for name in SLICES if name not in LARGE_SLICES),
     params:
-        slice=lambda w: TEXTS[w.slice],
+        slice=lambda w: SLICES[w.slice],
     shell:
         "printf '%s' {params.slice:q} > {output}.tmp && mv {output}.tmp {output}"
 
@@ -74,7 +74,7 @@ if LARGE_SLICES:
         wildcard_constraints:
             slice="|".join(LARGE_SLICES),
         params:
-            slice=lambda w: TEXTS[w.slice],
+            slice=lambda w: SLICES[w.slice],
         run:
             atomic_write_text(output[0], params.slice)
 
