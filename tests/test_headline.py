@@ -11,7 +11,9 @@ import pytest
 from lnrepro.analysis.build import build
 from lnrepro.analysis.results import read_results
 from lnrepro.analysis.sections import headline as hl
+from lnrepro.analysis.sections.tuned import BRACKETED, ONE_VALUE
 from lnrepro.analysis.stats import equivalence as eq
+from lnrepro.config.settings import Experiment
 from test_report import INTERVAL, _depth, make_tree
 
 
@@ -62,7 +64,8 @@ def test_a_study_of_the_pair_whose_test_decides_leads_with_its_verdict(data, ver
     """No path separates the factors and the end-point test decides: the verdict in words leads, the curves end."""
     d = _decided(data, verdict, difference)
     said = hl.headline(d)
-    assert said[0].startswith("At epoch 3, the last, Pre-LN without warm-up " + words.split(":")[0])
+    assert said[0].startswith("At epoch 3, the last, at a shared lr_max of 0.003, not tuned, Pre-LN without warm-up "
+                              + words.split(":")[0])
     assert words in said[0]
     assert said[-1] == hl.curves(d) and len(said) <= hl.MOST
 
@@ -100,3 +103,35 @@ def test_a_ratio_whose_interval_reaches_1_is_not_clearly_faster(data):
     assert said.startswith("Not clearly: to reach 75% of the lower arm's final validation BLEU")
     assert "Pre-LN without warm-up needs 0.9 of the epochs Post-LN with warm-up needs" in said
     assert said.endswith("a ratio whose interval does not lie below 1.")
+
+
+def _tuned(data, pair_lr: float, best_lr: dict[str, float]):
+    """``data`` with both arms of the pair at ``pair_lr`` and a bracketed lr_max grid per arm whose best trial
+    has ``best_lr[arm run]`` (a grid of one value beside them, which tunes nothing)."""
+    e = data.experiment.to_dict()
+    rows = []
+    for run, lr in best_lr.items():
+        e["runs"][run]["optim"]["lr_max"] = pair_lr
+        e["runs"][f"{run}__best"] = {**e["runs"][run], "optim": {**e["runs"][run]["optim"], "lr_max": lr}}
+        rows.append({"grid": f"tune_{run}", "axis": "optim.lr_max", "best_run": f"{run}__best", "best_value": lr,
+                     "position": BRACKETED})
+    rows.append({"grid": "one", "axis": "optim.lr_max", "best_run": "postln_nowarmup_isqrt", "best_value": 1e-3,
+                 "position": ONE_VALUE})
+    study = dataclasses.replace(data.study, brackets=pd.DataFrame(rows))
+    return dataclasses.replace(data, experiment=Experiment.from_dict(e), study=study)
+
+
+def test_the_verdict_says_whether_each_arm_is_at_its_tuned_rate(data):
+    """The verdict's condition: a shared rate that neither arm's grid chose is called untuned, with where each
+    grid puts its best; arms at their grids' best are called tuned; a grid of one value tunes nothing."""
+    pair = [data.answer.pair.from_run, data.answer.pair.to_run]
+    assert hl.rates(_tuned(data, 2e-3, {r: 4e-3 for r in pair})) == \
+        ", at a shared lr_max of 0.002, untuned (each arm's grid does best at 0.004),"
+    assert hl.rates(_tuned(data, 2e-3, dict(zip(pair, (4e-3, 2e-3))))) == \
+        (", at a shared lr_max of 0.002, untuned (Post-LN with warm-up's grid does best at 0.004; Pre-LN without "
+         "warm-up's grid does best at 0.002),")
+    assert hl.rates(_tuned(data, 4e-3, {r: 4e-3 for r in pair})) == ", each arm at its tuned lr_max (0.004 and 0.004),"
+    d = _decided(_tuned(data, 2e-3, {r: 4e-3 for r in pair}), eq.DIFFERENT, 1.2)
+    assert hl.verdict(d, "valid_bleu_tok", True).startswith(
+        "At epoch 3, the last, at a shared lr_max of 0.002, untuned (each arm's grid does best at 0.004), Pre-LN "
+        "without warm-up ends better than ")

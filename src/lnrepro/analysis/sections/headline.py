@@ -21,7 +21,7 @@ from ..numbers import sig, signed
 from ..stats import equivalence as eq
 from ..stats.budget import epoch_label
 from .answer import FIGURE4, REACHED, Answer, annealed_at, level_text, main_path, middle_fraction
-from .tuned import BRACKETED, EDGE_DOWN, EDGE_UP, ONE_VALUE
+from .tuned import BRACKETED, EDGE_DOWN, EDGE_UP, NOT_SCORED, ONE_VALUE
 
 if TYPE_CHECKING:
     from ...config.settings import Experiment
@@ -206,6 +206,42 @@ def decided(data: ReportData) -> bool:
     return r is not None and r["verdict"] in (eq.EQUIVALENT, eq.DIFFERENT)
 
 
+def _factors(experiment: Experiment, run: str) -> tuple[str, bool, str]:
+    """A run's cell of Figure 4's factors: norm position, warm-up, decay."""
+    r = experiment.runs[run]
+    return r.model.norm, r.schedule.warmup, r.schedule.decay
+
+
+def rates(data: ReportData) -> str:
+    """The learning rates the end-point verdict holds at, as a clause after its epoch: each arm's lr_max and
+    whether it is that arm's tuned one (its settings are the best trial's of a grid of the same norm position,
+    warm-up and decay on every axis that grid tunes) or an untuned rate, with where the arm's grid puts its best."""
+    e, a, b = data.experiment, data.answer, data.study.brackets
+    pair = [a.pair.from_run, a.pair.to_run]
+    scored = b[~b["position"].isin([ONE_VALUE, NOT_SCORED])] if b is not None and not b.empty else None
+    best: dict[str, str] = {}  # pair run -> its arm's grid's best run
+    tuned_keys: dict[str, list[str]] = {}
+    for run in pair:
+        for grid, g in (scored.groupby("grid", sort=False) if scored is not None else ()):
+            if _factors(e, g.iloc[0]["best_run"]) == _factors(e, run):
+                best[run], tuned_keys[run] = g.iloc[0]["best_run"], list(g["axis"])
+                break
+    def flat(run: str, key: str) -> object:
+        return e.runs[run].flat()[key]
+    lr = [e.runs[r].optim.lr_max for r in pair]
+    at_best = [r in best and all(flat(r, k) == flat(best[r], k) for k in tuned_keys[r]) for r in pair]
+    if all(at_best):
+        return f", each arm at its tuned lr_max ({sig(lr[0])} and {sig(lr[1])}),"
+    shared = f"a shared lr_max of {sig(lr[0])}" if lr[0] == lr[1] else f"lr_max {sig(lr[0])} and {sig(lr[1])}"
+    if not best:
+        return f", at {shared}, not tuned,"
+    chose = [sig(e.runs[best[r]].optim.lr_max) for r in pair if r in best]
+    where = (f"each arm's grid does best at {chose[0]}" if len(set(chose)) == 1 and len(chose) == 2 else
+             "; ".join(f"{arm(e, r)}'s grid does best at {sig(e.runs[best[r]].optim.lr_max)}"
+                       for r in pair if r in best))
+    return f", at {shared}, untuned ({where}),"
+
+
 def verdict(data: ReportData, metric: str, first: bool) -> str:
     """The end-point test of ``metric`` in words: as good, better or worse, within or outside the pre-stated
     margin, with the 90% interval the test reads."""
@@ -217,8 +253,8 @@ def verdict(data: ReportData, metric: str, first: bool) -> str:
     unit, words = ("BLEU", "BLEU") if metric.endswith("bleu_tok") else ("bits", "NLL")
     split = "validation" if metric.startswith("valid") else metric.partition("_")[0]
     epoch = int(r["epoch"])
-    when = f"At epoch {epoch}, the last," if epoch == e.common_last([a.pair.from_run, a.pair.to_run]) else \
-        f"At epoch {epoch}"
+    when = (f"At epoch {epoch}, the last" if epoch == e.common_last([a.pair.from_run, a.pair.to_run]) else
+            f"At epoch {epoch}") + rates(data)
     if r["verdict"] == eq.NOT_TESTED:
         return f"No end-point test of {split} {words} at epoch {epoch}: {r['note']}." if first else ""
     seeds = f"{int(r['n_b'])} and {int(r['n_a'])} seeds"
