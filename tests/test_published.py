@@ -13,6 +13,7 @@ import pytest
 
 from conftest import REPO, copy_repo, snakemake
 from lnrepro import config as cfg
+from lnrepro.studies import STUDIES
 
 # The config files a user runs: the paper's experiment alone and each preset layered on it.
 PRESETS = [None, *sorted(p.name for p in (REPO / "presets").glob("*.yaml"))]
@@ -53,7 +54,17 @@ def test_every_planned_path_lies_under_results(fresh_clone: Path, preset: str | 
 
 
 # The published studies whose README command must plan them whole on a fresh clone.
-README_STUDIES = ["study-cpu", "endpoint-cpu", "depth-cpu"]
+README_STUDIES = [s.preset for s in STUDIES.values()]
+
+
+def test_each_published_study_is_its_preset_and_one_entry() -> None:
+    """studies.yaml's entries: each names a preset whose study has that name (so its store is
+    published/{preset}/), and the README has the part that quotes it."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for study in STUDIES.values():
+        x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / study.preset_file]))
+        assert x.name == study.preset and study.store == f"published/{study.preset}"
+        assert f"<!-- results:{study.part}: begin" in readme and f"<!-- results:{study.part}: end -->" in readme
 
 
 @pytest.mark.parametrize("name", README_STUDIES)

@@ -15,7 +15,8 @@ from pathlib import Path
 from .argtypes import count, sha256_hex, size
 from .device import DEFAULT_DEVICE, DEVICES
 from .errors import LnReproError
-from .paths import DOWNLOADS, EXPERIMENT_JSON, PUBLISHED_REPORTS
+from .paths import DOWNLOADS, EXPERIMENT_JSON
+from .studies import STUDIES
 
 
 def _download(a: argparse.Namespace) -> None:
@@ -113,7 +114,7 @@ def _publish(a: argparse.Namespace) -> None:
 def _readme_results(a: argparse.Namespace) -> None:
     from .analysis.render.readme_results import update_readme
 
-    report = a.report or Path(PUBLISHED_REPORTS[a.part])
+    report = a.report or Path(STUDIES[a.part].report)
     fresh = update_readme(a.readme, report, str(report), check=a.check, part=a.part)
     print(f"{a.readme}: results part {a.part} {'up to date' if fresh else 'rewritten'} from {report}")
 
@@ -240,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     pu.set_defaults(func=_publish)
 
     rr = sub.add_parser("readme-results", help="write one generated results part of README.md from a published report")
-    rr.add_argument("--part", choices=list(PUBLISHED_REPORTS), default="study",
+    rr.add_argument("--part", choices=list(STUDIES), default="study",
                     help="the generated part to write (default: study)")
     rr.add_argument("--report", type=Path,
                     help="the report folder, as the README names it (default: the part's published folder)")

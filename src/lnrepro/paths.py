@@ -25,10 +25,6 @@ ANSWER_MD = "answer.md"  # the report's Answer sentences, in results/{exp}/repor
 # of at most 10 digits (config.schema.yaml) and every split in its suffix. The schema's names are ASCII.
 NAME_ROOM = len(".seed") + 10 + len("_valid_test") + len(".log")
 MAX_NAME = 255 - NAME_ROOM
-# The published reports (folders no rule writes), by the README's Results part that quotes each
-# (lnrepro.analysis.render.readme_results.PARTS): a study's store keeps its report in report/ (lnrepro.store).
-PUBLISHED_REPORTS = {"study": "published/study-cpu/report", "endpoint": "published/endpoint-cpu/report",
-                     "depth": "published/depth-cpu/report"}
 # A study's store (lnrepro.store): its records, laid out as results/{exp}/ is, plus these two files.
 STORE_INDEX = "store.json"  # what the store holds: study-level digests and each unit's files (written last)
 STORE_CONFIG = "study.yaml"  # the merged config the store's study resolves from (a --configfile for its parts)

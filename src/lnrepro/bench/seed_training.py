@@ -22,10 +22,11 @@ from pathlib import Path
 
 from ..errors import LnReproError
 from ..io import read_json
+from ..studies import STUDIES
 from .timing import log
 
 RUN = "postln_warmup_isqrt"  # the Figure 4 pair's Post-LN arm; every cell trains the same model size
-PRESET = "presets/study-cpu.yaml"
+PRESET = STUDIES["study"].preset_file  # the CPU study: the training a user of the published study pays for
 STUDY_EPOCHS = 10  # presets/study-cpu.yaml defaults.train.epochs
 
 # Runs in the commit's own tree (its lnrepro on PYTHONPATH): writes config.json for one seed.

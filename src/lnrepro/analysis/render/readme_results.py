@@ -1,8 +1,7 @@
 """The README's results, generated from published reports' tables so the two cannot drift apart.
 
-The README has one part per published study (``PARTS``): the factorial study (``study``), the end point of
-Figure 4's pair (``endpoint``) and the depth study (``depth``), each between its own two markers and each a few
-sentences, the headline figure and a link to the report, which holds the full tables. ``lnrepro readme-results
+The README has one part per published study (``PARTS``, from ``lnrepro.studies``: the factorial study, the end
+point of Figure 4's pair, the depth study, ...), each between its own two markers and each a few sentences, the headline figure and a link to the report, which holds the full tables. ``lnrepro readme-results
 --part endpoint --report published/endpoint-cpu`` rewrites one part from that report's CSV tables (tables/*.csv,
 docs/outputs.md), or with its Answer's headline (answer.md's first paragraph) where the report has it; a part
 whose published report does not exist yet says so, and how many units the study's store holds where it has one.
@@ -25,8 +24,9 @@ import pandas as pd
 from ...errors import LnReproError
 from ...io import write_generated
 from ...config.settings import Experiment
-from ...paths import ANSWER_MD, EXPERIMENT_JSON, PUBLISHED_REPORTS, STORE_INDEX
+from ...paths import ANSWER_MD, EXPERIMENT_JSON, STORE_INDEX
 from ...store import Index, units_of
+from ...studies import STUDIES, Study
 from .. import DEPTH_FIGURES, FIGURES
 from ..numbers import sig
 
@@ -220,27 +220,28 @@ def depth_part(report: Path, shown_as: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Part:
-    """One generated part of the README: the published report it comes from and what it shows."""
+    """One generated part of the README: the published study it quotes and what it shows."""
 
-    name: str
-    study: str  # the study in words, for the part's line while it is not published
-    preset: str  # the preset that runs it
+    study: Study
     paragraphs: Callable[[Path, str], list[str]]
+
+    @property
+    def name(self) -> str:
+        return self.study.part
 
     @property
     def published(self) -> str:
         """The published report's folder, as the README names it."""
-        return PUBLISHED_REPORTS[self.name]
+        return self.study.report
 
     @property
     def store(self) -> str:
-        """The study's store, the published report's parent folder."""
-        return str(Path(self.published).parent)
+        return self.study.store
 
     def not_published(self, store: Path) -> str:
         """The part's text while its report does not exist: how far the study's ``store`` has grown, where it
         has one."""
-        line = f"The {self.study} (`presets/{self.preset}.yaml`) has not been published yet"
+        line = f"The {self.study.title} (`{self.study.preset_file}`) has not been published yet"
         index = Index.read(store) if (store / STORE_INDEX).exists() else None
         if index is None:
             return line + ".\n"
@@ -259,9 +260,8 @@ class Part:
         return f"<!-- results:{self.name}: end -->"
 
 
-PARTS = {p.name: p for p in (Part("study", "CPU study", "study-cpu", figure4_part),
-                             Part("endpoint", "end-point study", "endpoint-cpu", figure4_part),
-                             Part("depth", "depth study", "depth-cpu", depth_part))}
+SHOWN: dict[str, Callable[[Path, str], list[str]]] = {"figure4": figure4_part, "depth": depth_part}
+PARTS = {name: Part(study, SHOWN[study.shows]) for name, study in STUDIES.items()}
 
 
 def results_markdown(report: Path, shown_as: str, part: str = "study") -> str:
