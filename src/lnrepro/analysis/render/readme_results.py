@@ -1,14 +1,13 @@
 """The README's results, generated from published reports' tables so the two cannot drift apart.
 
-The README has one part per published study (``PARTS``, from ``lnrepro.studies``: the factorial study, the end
-point of Figure 4's pair, the depth study, ...), each between its own two markers and each a few sentences, the headline figure and a link to the report, which holds the full tables. ``lnrepro readme-results
---part endpoint --report published/endpoint-cpu`` rewrites one part from that report's CSV tables (tables/*.csv,
-docs/outputs.md), or with its Answer's headline (answer.md's first paragraph) where the report has it; a part
-whose published report does not exist yet says so, and how many units the study's store holds where it has one.
-``--check`` only compares and fails when the README differs (tests/test_readme_results.py runs it on each part).
-Every number in a part is a cell of one of those tables or a sentence of answer.md, formatted, never recomputed
-(the depth part's resolution is ``depth.smallest_resolved`` of the rate table's seed counts: arithmetic of the
-design, not of the results).
+The README has one part per published study (``PARTS``, from ``lnrepro.studies``), each between its own two
+markers: one or two sentences of at most ``LEAD_WORDS`` words (the report's Answer's first sentence, or Figure 4's
+pair from the tables where the report has no answer.md; the depth study adds how many cells have failed seeds),
+the headline figure, the scale and a link to the report, which holds everything else. ``lnrepro readme-results
+--part endpoint --report published/endpoint-cpu`` rewrites one part; a part whose published report does not exist
+yet says so, and how many units the study's store holds where it has one. ``--check`` only compares and fails
+when the README differs (tests/test_readme_results.py runs it on each part). Every number in a part is a cell of
+the report's tables or a sentence of answer.md, formatted, never recomputed.
 """
 
 from __future__ import annotations
@@ -28,9 +27,10 @@ from ...paths import ANSWER_MD, EXPERIMENT_JSON, STORE_INDEX
 from ...store import Index, units_of
 from ...studies import STUDIES, Study
 from .. import DEPTH_FIGURES, FIGURES
-from ..numbers import sig
 
 FIGURE4 = "figure4"  # the comparison whose runs are the paper's Figure 4 (config.yaml, comparisons)
+LEAD_WORDS = 80  # a part's words at most, besides its figure, scale and link
+SENTENCE_END = re.compile(r"(?<=[.])\s+(?=[A-Z(])")  # a sentence's end: a full stop, then a capital
 
 
 def _table(report: Path, name: str) -> pd.DataFrame:
@@ -69,17 +69,14 @@ def _figure4_runs(report: Path) -> tuple[list[str], pd.Series]:
     return [r.strip() for r in str(row["runs"]).split(",")], row
 
 
-def answer_paragraphs(report: Path, holds: str = "Answer section") -> list[str]:
-    """The report's Answer (answer.md's first paragraph below its heading: the headline a researcher quotes), then
-    a line saying how many more paragraphs the report's ``holds`` has; none for a report written before
-    answer.md."""
+def answer_lead(report: Path) -> str:
+    """The first sentence of the report's Answer (answer.md's first paragraph below its heading: the headline a
+    researcher quotes); empty for a report without answer.md."""
     path = report / ANSWER_MD
     if not path.is_file():
-        return []
+        return ""
     body = path.read_text(encoding="utf-8").partition("\n")[2].strip()
-    paragraphs = [p.strip() for p in body.split("\n\n") if p.strip()]
-    more = len(paragraphs) - 1
-    return [*paragraphs[:1], *([f"(The report's {holds}, `{ANSWER_MD}`, has {more} more.)"] if more else [])]
+    return SENTENCE_END.split(body.split("\n\n", 1)[0].strip(), 1)[0] if body else ""
 
 
 def figure4_sentence(report: Path) -> str:
@@ -106,41 +103,6 @@ def figure4_sentence(report: Path) -> str:
             f"{row['verdict']}{also}.")
 
 
-def convergence_sentence(report: Path, runs: list[str]) -> str:
-    """Whether each Figure 4 run had stopped improving: its validation NLL's slope at the end (convergence.csv)."""
-    conv = _table(report, "convergence").set_index("run")
-    parts = []
-    for run in runs:
-        if run not in conv.index or pd.isna(conv.loc[run, "slope"]):
-            parts.append(f"of `{run}` has fewer scored epochs than the window")
-            continue
-        r = conv.loc[run]
-        parts.append(f"of `{run}` moved {_num(100 * float(r['rel_slope']))}% an epoch over epochs {r['epochs']} "
-                     f"({_num(r['nll_first'])} to {_num(r['nll_last'])} bits: {r['label']})")
-    tol = float(conv["tolerance"].dropna().iloc[0]) if conv["tolerance"].notna().any() else math.nan
-    return (f"At the end the validation NLL {'; '.join(parts)}; converged: the slope's 95% interval within "
-            f"±{_num(100 * tol, 1)}% an epoch.")
-
-
-def plateau_sentence(report: Path, runs: list[str]) -> str:
-    """Whether each Figure 4 run had stopped improving: the convergence table's slope, or in a report with
-    plateau.csv in its place (the published CPU study) its last three epochs' spread."""
-    if (report / "tables" / "convergence.csv").is_file():
-        return convergence_sentence(report, runs)
-    plateau = _table(report, "plateau").set_index("run")
-    parts = []
-    for run in runs:
-        if run not in plateau.index or pd.isna(plateau.loc[run, "spread"]):
-            parts.append(f"of `{run}` has fewer than three scored epochs")
-            continue
-        r = plateau.loc[run]
-        verdict = "a plateau" if bool(r["plateau"]) else "not a plateau"
-        parts.append(f"of `{run}` moved {_num(100 * float(r['spread']), 1)}% over epochs {r['epochs']} "
-                     f"({_num(r['loss_first'])} to {_num(r['loss_last'])} bits: {verdict})")
-    return (f"At the end the validation loss {'; '.join(parts)}; a plateau: the last three epochs within 1% of "
-            "each other.")
-
-
 def depth_scale(report: Path) -> str:
     """The depth study's scale: the claims table's, with every depth of its rate table (each run of a claim has
     one depth; the study has several)."""
@@ -152,68 +114,32 @@ def figure_and_link(report: Path, shown_as: str, figure: str, alt: str, scale: s
     """The headline figure as an image in the report's figures/, the scale (the claims table's unless given),
     and the link to the report."""
     scale = scale or _scale(report)
-    return (f"![{alt}]({shown_as}/figures/{figure})\n\nScale: {scale}, not the paper's IWSLT14 setup. "
-            f"The full tables, figures and every deviation from the paper: [`{shown_as}/index.html`]"
-            f"({shown_as}/index.html).")
+    return (f"![{alt}]({shown_as}/figures/{figure})\n\nScale: {scale}. Every table, figure and deviation from the "
+            f"paper: [`{shown_as}/index.html`]({shown_as}/index.html).")
 
 
 def figure4_part(report: Path, shown_as: str) -> list[str]:
-    """A Figure 4 study's part (the factorial study's and the end point's): the Answer's headline, or where the
-    report has none Figure 4's pair at epoch 2 and at the end and whether it had stopped improving; then the
-    headline figure and the link."""
-    runs, _ = _figure4_runs(report)
-    said = answer_paragraphs(report) or [figure4_sentence(report), plateau_sentence(report, runs)]
-    return [*said, figure_and_link(report, shown_as, FIGURES["figure4"], "Figure 4's pair per epoch")]
+    """A Figure 4 study's part (the factorial study's and the end point's): the Answer's first sentence, or where
+    the report has none Figure 4's pair at epoch 2 and at the end; then the headline figure and the link."""
+    return [answer_lead(report) or figure4_sentence(report),
+            figure_and_link(report, shown_as, FIGURES["figure4"], "Figure 4's pair per epoch")]
 
 
 def depth_failures_sentence(report: Path) -> str:
     """How many cells have failed seeds at the last epoch (each cell's rate and Wilson interval are the report's
-    rates table, depth_rates.csv), and the design's resolution: the smallest difference of two cells' rates it
-    resolves, at each count of seeds a cell."""
-    from ..sections.depth import smallest_resolved
-
+    rates table, depth_rates.csv)."""
     rates = _table(report, "depth_rates")
     at = rates[rates["budget"] == _budget(report)]
     failed = int(((at["n_with_fate"] > 0) & (at["n_failed"] > 0)).sum())
-    counts = sorted({int(n) for n in at["n_with_fate"] if int(n) > 0}, reverse=True)
-    resolved = ", ".join(f"{_num(smallest_resolved(n, n))} at {n} seeds a cell" for n in counts)
     epoch = int(at["epoch"].iloc[0]) if len(at) else 0
     return (f"Failed seeds at epoch {epoch} (diverged, stopped or did not train): in {failed} of {len(at)} cells, "
-            f"each rate with its Wilson 95% interval in the report. The smallest difference of two cells' rates the "
-            f"design resolves (Newcombe 95%): {resolved or 'none'}.")
-
-
-def depth_sensitivity_sentence(report: Path) -> str:
-    """The post-hoc reading of the failure rule (its NLL part alone), labelled as such: how many cells' failures
-    it changes and the claims whose status it changes (``depth.sensitivity_words`` over the report's tables)."""
-    from ..sections.depth import sensitivity_words
-
-    return " ".join(sensitivity_words(_table(report, "depth_rule_sensitivity"), _table(report, "depth_claims"),
-                                      _table(report, "depth_claims_nll_only"), brief=True))
-
-
-def depth_limits_sentence(report: Path) -> str:
-    """What the depth study cannot show: its epochs, depths and seeds (from its tables)."""
-    at = _table(report, "depth_rates")
-    at = at[at["budget"] == _budget(report)]
-    if at.empty:
-        return ""
-    seeds = sorted({int(n) for n in at["n_seeds"]})
-    seeds_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]} to {seeds[-1]}"
-    depths = ", ".join(str(int(d)) for d in sorted(at["depth"].unique()))
-    lrs = list(dict.fromkeys(at["lr_max"]))
-    rate = (f"these learning rates, lr_max {' and '.join(sig(lr) for lr in lrs)}," if len(lrs) > 1
-            else "this learning rate")
-    return (f"What this cannot show: one dataset and one width, {int(at['epoch'].iloc[0])} epochs, depths {depths} "
-            f"and {seeds_text} seeds a cell; a failure is one at {rate} and budget.")
+            "each rate with its Wilson 95% interval in the report.")
 
 
 def depth_part(report: Path, shown_as: str) -> list[str]:
-    """The depth study's part: its answer (answer.md's lead: which variants trained at the deepest depth without
-    warm-up, at each lr_max), how many cells have failed seeds and the design's resolution, the post-hoc reading
-    of the failure rule, what it cannot show, the figure."""
-    return [*answer_paragraphs(report, "depth finding"), depth_failures_sentence(report),
-            depth_sensitivity_sentence(report), depth_limits_sentence(report),
+    """The depth study's part: the first sentence of its finding (answer.md's lead: which variants trained at the
+    deepest depth without warm-up), how many cells have failed seeds, the depth figure and the link."""
+    return [" ".join(s for s in (answer_lead(report), depth_failures_sentence(report)) if s),
             figure_and_link(report, shown_as, DEPTH_FIGURES["depth"], "failure rate against depth",
                             depth_scale(report))]
 
@@ -265,8 +191,14 @@ PARTS = {name: Part(study, SHOWN[study.shows]) for name, study in STUDIES.items(
 
 
 def results_markdown(report: Path, shown_as: str, part: str = "study") -> str:
-    """A part's body from ``report``'s tables; ``shown_as`` is the report's path as the README names it."""
-    return "\n\n".join(p for p in PARTS[part].paragraphs(Path(report), shown_as) if p) + "\n"
+    """A part's body from ``report``'s tables; ``shown_as`` is the report's path as the README names it. Its
+    sentences are refused beyond ``LEAD_WORDS`` words: everything longer belongs in the report."""
+    *said, figure = PARTS[part].paragraphs(Path(report), shown_as)
+    words = sum(len(p.split()) for p in said)
+    if words > LEAD_WORDS:
+        raise LnReproError(f"{report}: the README's part {part!r} would say {words} words besides its figure and "
+                           f"link, more than {LEAD_WORDS}: shorten the report's Answer's first sentence")
+    return "\n\n".join(p for p in (*said, figure) if p) + "\n"
 
 
 def replace_section(readme_text: str, body: str, part: str = "study") -> str:
