@@ -209,3 +209,12 @@ def test_report_settings_from_the_config(tmp_path):
     layer.write_text("analysis: {report: {covariance: welch}}\n")
     with pytest.raises(LnReproError, match="analysis.report.covariance"):
         config.load_config([repo / "config.yaml", layer])
+
+
+def test_observations_keep_the_seeds_in_their_order():
+    """Each run's seeds come out in the order the epochs table lists them, however many rows share an epoch
+    (a sort that is not stable orders such ties by the CPU's sort kernel, and the report's figures with them)."""
+    rows = [r for seed in range(1, 9) for r in epoch_rows("a", seed, [10 + seed] * EPOCHS, [1, 2, 3, 4])]
+    b = bu.budgets(pd.DataFrame(rows), EPOCHS, ReportSettings())
+    obs = bu.observations(pd.DataFrame(rows), b, "valid", 5.0, EPOCHS)
+    assert list(dict.fromkeys(obs["seed"])) == list(range(1, 9))

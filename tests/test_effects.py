@@ -200,3 +200,11 @@ def test_effects_at_every_epoch_with_simple_effects():
     decay_post_on = cell[(-1, 1, 1)] - cell[(-1, 1, -1)]
     assert at.loc["decay | Post-LN, warm-up on", "estimate"] == pytest.approx(decay_post_on)
     assert (at["ci_low"] < at["estimate"]).all() and at.loc["decay | Pre-LN", "kind"] == "simple"
+
+
+def test_an_effect_that_is_zero_but_for_rounding_is_zero():
+    """Terms the data leave at zero (here every effect but the intercept, with values like a loss's) are
+    reported as exactly 0, not as the fit's rounding of about 1e-15, which differs between CPU kinds."""
+    f = ef.fit(observations(CELLS, {1: 0.37, 2: -0.37}, true={}), CELLS, "m", "epoch 3")
+    t = table(f)
+    assert all(t.loc[term, "estimate"] == 0.0 for term in ef.TERMS), t["estimate"].tolist()

@@ -395,7 +395,7 @@ def milestone_table(run_epochs: pd.DataFrame, split: str, frac: float = 0.95, la
     target = frac * run_epochs[col].max()
     rows = []
     for run, g in run_epochs.groupby("run", sort=False):
-        g = g.sort_values("epoch")
+        g = g.sort_values("epoch", kind="stable")
         ok = g[g[col].notna()]
         row: dict[str, Any] = {"run": run, "target_bleu": target}
         if len(ok):

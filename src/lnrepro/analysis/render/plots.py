@@ -124,7 +124,7 @@ def _curves(ax: plt.Axes, run_epochs: pd.DataFrame, runs: list[str], col: str, x
     drawn = False
     have = {f"{col}_mean", x} <= set(run_epochs.columns)
     for run in runs if have else []:
-        g = run_epochs[run_epochs["run"] == run].sort_values("epoch")
+        g = run_epochs[run_epochs["run"] == run].sort_values("epoch", kind="stable")
         st, scored = styles.get(run, {}), g[g[f"{col}_mean"].notna()]
         ax.plot(scored[x], scored[f"{col}_mean"], marker="o", markersize=3, label=_label(run, g), **st)
         ax.fill_between(scored[x], scored[f"{col}_min"], scored[f"{col}_max"], color=st.get("color"), alpha=0.15,
@@ -339,7 +339,7 @@ def plot_effects_by_epoch(by_epoch: pd.DataFrame, split: str, out: Path) -> Path
                 lines = [(col, f"main: {_term_label(col)}")] + [
                     (e, e) for e in dict.fromkeys(m.loc[(m["kind"] == "simple") & (m["factor"] == col), "effect"])]
             for i, (effect, label) in enumerate(lines):
-                g = m[m["effect"] == effect].sort_values("epoch")
+                g = m[m["effect"] == effect].sort_values("epoch", kind="stable")
                 g = g[g["estimate"].notna()]
                 if col != "interactions" and i == 0:
                     color, ls = "black", "-"
@@ -373,7 +373,7 @@ def plot_interaction(cells: pd.DataFrame, design: pd.DataFrame, budget: str, spl
         c = c[c["n"] > 0]  # a cell without a finished seed has no mean to draw
         for ax, decay in zip(row, (-1, 1)):
             for norm in (-1, 1):
-                sub = design[(design["norm"] == norm) & (design["decay"] == decay)].sort_values("warmup")
+                sub = design[(design["norm"] == norm) & (design["decay"] == decay)].sort_values("warmup", kind="stable")
                 sub = sub[sub["run"].isin(c.index)]
                 st, label = norm_style(_level("norm", norm)), norm_label(_level("norm", norm))
                 xs = [0 if w < 0 else 1 for w in sub["warmup"]]
@@ -573,7 +573,7 @@ def plot_depth_rates(rates: pd.DataFrame, budget: str, out: Path) -> Path:
         for row, what in enumerate(("failure", "divergence")):
             ax = axes[row][col]
             for k, (norm, lr) in enumerate(lines):
-                g = at[(at["variant"] == norm) & (at["lr_max"] == lr) & (at["warmup"] == warmup)].sort_values("depth")
+                g = at[(at["variant"] == norm) & (at["lr_max"] == lr) & (at["warmup"] == warmup)].sort_values("depth", kind="stable")
                 if g.empty:
                     continue
                 x = g["depth"].to_numpy(dtype=float) + (k - (len(lines) - 1) / 2) * dodge
@@ -671,13 +671,13 @@ def _decomposition_panel(ax: plt.Axes, dec: pd.DataFrame, gap: pd.DataFrame, met
     """One path's steps stacked per epoch (bars; positive up, negative down from 0) with Figure 4's gap (line,
     95% Welch band)."""
     d = dec[(dec["metric"] == metric) & (dec["path"] == path)]
-    g = gap[gap["metric"] == metric].sort_values("epoch")
+    g = gap[gap["metric"] == metric].sort_values("epoch", kind="stable")
     if d.empty or g.empty:
         _empty(ax, "no decomposition: a cell between Figure 4's arms is not selected or not scored")
         return
     epochs = sorted(d["epoch"].unique())
     up, down = np.zeros(len(epochs)), np.zeros(len(epochs))
-    for factor in dict.fromkeys(d.sort_values("step")["factor"]):
+    for factor in dict.fromkeys(d.sort_values("step", kind="stable")["factor"]):
         v = d[d["factor"] == factor].set_index("epoch").loc[epochs, "change"].to_numpy(dtype=float)
         v = np.nan_to_num(v)
         base = np.where(v >= 0, up, down)

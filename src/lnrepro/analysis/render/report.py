@@ -336,7 +336,7 @@ def _after_warmup_text(page: Page) -> str:
             f"{run} is not selected" if run not in e.runs else "its measurement is missing"
         return f"No checkpoint after warm-up: {why}."
     t_warmup = e.runs[run].schedule.warmup_updates
-    seeds = after[["seed", "epoch", "updates", "depth", "d_model"]].drop_duplicates().sort_values("seed")
+    seeds = after[["seed", "epoch", "updates", "depth", "d_model"]].drop_duplicates().sort_values("seed", kind="stable")
     return (f"After warm-up: {run}, the first checkpoint whose update count reaches T_warmup = {t_warmup}: "
             + "; ".join(f"seed {r.seed}: epoch {r.epoch} ({r.updates} updates)" for r in seeds.itertuples())
             + f". Its model: {_distinct(seeds['depth'])} layers, d_model {_distinct(seeds['d_model'])}.")

@@ -227,7 +227,7 @@ def not_run_sentence(epochs: pd.DataFrame, runs: Sequence[str]) -> str:
 
 def _seed_curves(epochs: pd.DataFrame, run: str, col: str) -> dict[int, pd.DataFrame]:
     """Per seed of ``run``: its scored checkpoints (status ok, a value of ``col``), by epoch."""
-    g = epochs[(epochs["run"] == run) & (epochs["status"] == OK) & epochs[col].notna()].sort_values("epoch")
+    g = epochs[(epochs["run"] == run) & (epochs["status"] == OK) & epochs[col].notna()].sort_values("epoch", kind="stable")
     return {int(s): d for s, d in g.groupby("seed")}
 
 
@@ -617,7 +617,7 @@ def _decomposition_sentence(a: Answer, metric: str, epoch: int, experiment: Expe
     if d.empty or path is None:
         return ""
     lo_f, hi_f = experiment.runs[a.pair.from_run].factors, experiment.runs[a.pair.to_run].factors
-    steps = d[d["path"] == path].sort_values("step")
+    steps = d[d["path"] == path].sort_values("step", kind="stable")
     total = steps["change"].sum()
     parts = [f"{_upper(step_text(r.factor, lo_f[r.factor], hi_f[r.factor]))}: {_signed(r.change)} "
              f"({_ci(r.ci_low, r.ci_high, r.seeds.replace('/', ' and ') + ' seeds', '95% Welch')})."

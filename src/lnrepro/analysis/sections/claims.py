@@ -210,7 +210,7 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     for seed in sorted(set(e.loc[e["run"] == fast_run, "seed"]) & set(e.loc[e["run"] == slow_run, "seed"])):
         ref = e[(e["run"] == slow_run) & (e["seed"] == seed) & (e["epoch"] == k) & (e["status"] == OK)]
         g = e[(e["run"] == fast_run) & (e["seed"] == seed) & (e["epoch"] <= last)]
-        curve = g[(g["status"] == OK) & g[col].notna()].sort_values("epoch")
+        curve = g[(g["status"] == OK) & g[col].notna()].sort_values("epoch", kind="stable")
         if not len(ref) or curve.empty:
             left += 1
             continue

@@ -252,7 +252,7 @@ def time_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experiment
             continue
         best = float(final.max())
         for run in runs:
-            curves = {s: c.sort_values("epoch") for s, c in trained[trained["run"] == run].groupby("seed")}
+            curves = {s: c.sort_values("epoch", kind="stable") for s, c in trained[trained["run"] == run].groupby("seed")}
             cell = _cell(experiment, run)
             for fraction in fractions:
                 hits = [crossing(c, metric, fraction * best, True)[0] for c in curves.values()]

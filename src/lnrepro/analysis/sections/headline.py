@@ -124,7 +124,7 @@ def split(data: ReportData, epoch: int, last: bool) -> str:
             f"({_interval(gap['ci_low'], gap['ci_high'], seeds)})")
 
     def steps(path: str, only: list[str] | None = None) -> str:
-        rows = d[d["path"] == path].sort_values("step")
+        rows = d[d["path"] == path].sort_values("step", kind="stable")
         parts = [f"{'it gives' if i == 0 else _step_words(a, e, r.factor)[0]} {signed(r.change)}"
                  for i, r in enumerate(rows.itertuples()) if only is None or r.factor in only]
         return f"with {_step_words(a, e, path.split('>')[0])[1]} first, {_listed(parts)}"

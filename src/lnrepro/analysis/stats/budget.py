@@ -146,7 +146,7 @@ def observations(epochs: pd.DataFrame, budget_list: Iterable[Budget], split: str
     training CPU time to ``target`` BLEU."""
     cols = list(metric_columns(split))
     rows = []
-    for (run, seed), g in epochs.sort_values("epoch").groupby(["run", "seed"], sort=False):
+    for (run, seed), g in epochs.sort_values("epoch", kind="stable").groupby(["run", "seed"], sort=False):
         for b in budget_list:
             names = TO_TARGET if b.kind == "target" else cols
             if b.kind == "target":
