@@ -135,3 +135,20 @@ def test_the_verdict_says_whether_each_arm_is_at_its_tuned_rate(data):
     assert hl.verdict(d, "valid_bleu_tok", True).startswith(
         "At epoch 3, the last, at a shared lr_max of 0.002, untuned (each arm's grid does best at 0.004), Pre-LN "
         "without warm-up ends better than ")
+
+
+def test_the_summary_states_the_verdict_before_the_counts(data):
+    """The line under the title opens with the headline's first sentence, then the claims' tally, then the runs
+    grouped by how many seeds each trains (every selected run counted once)."""
+    from collections import Counter
+
+    from lnrepro.analysis.numbers import first_sentence
+    from lnrepro.analysis.render.report import summary
+
+    e = data.experiment
+    text = summary(data)
+    assert text.startswith(first_sentence(hl.headline(data)[0]))
+    assert text.index("Of the paper's") > len(first_sentence(hl.headline(data)[0]))
+    groups = Counter(len(e.seeds_of(run)) for run in e.select)
+    stated = {int(k): int(n) for n, k in re.findall(r"(\d+) runs? of (\d+) seeds?", text)}
+    assert stated == dict(groups) and text.endswith(f" on {e.data.dataset}.")

@@ -9,6 +9,7 @@ real minus sign (U+2212). Integers are exact counts (epochs, updates, seeds) and
 from __future__ import annotations
 
 import math
+import re
 
 MINUS = "\u2212"
 DIGITS = 3  # significant digits of a number on its own
@@ -66,3 +67,11 @@ def interval(v: float, lo: float, hi: float) -> str:
     places = max(_decimals(x, digits) for x in (lo, hi) if x != 0) if (lo, hi) != (0, 0) else 0
     estimate = _fixed(v, min(places, _decimals(v, DIGITS)))
     return f"{estimate} [{ends[0]}, {ends[1]}]"
+
+
+SENTENCE_END = re.compile(r"(?<=[.])\s+(?=[A-Z(])")  # a full stop, then a capital: "0.809" and "lr_max 0.002," stay whole
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text`` (the whole text when it has one)."""
+    return SENTENCE_END.split(text.strip(), 1)[0]

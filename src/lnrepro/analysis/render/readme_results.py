@@ -27,10 +27,10 @@ from ...paths import ANSWER_MD, EXPERIMENT_JSON, STORE_INDEX
 from ...store import Index, units_of
 from ...studies import STUDIES, Study
 from .. import DEPTH_FIGURES, FIGURES
+from ..numbers import first_sentence
 
 FIGURE4 = "figure4"  # the comparison whose runs are the paper's Figure 4 (config.yaml, comparisons)
 LEAD_WORDS = 80  # a part's words at most, besides its figure, scale and link
-SENTENCE_END = re.compile(r"(?<=[.])\s+(?=[A-Z(])")  # a sentence's end: a full stop, then a capital
 
 
 def _table(report: Path, name: str) -> pd.DataFrame:
@@ -76,7 +76,7 @@ def answer_lead(report: Path) -> str:
     if not path.is_file():
         return ""
     body = path.read_text(encoding="utf-8").partition("\n")[2].strip()
-    return SENTENCE_END.split(body.split("\n\n", 1)[0].strip(), 1)[0] if body else ""
+    return first_sentence(body.split("\n\n", 1)[0]) if body else ""
 
 
 def figure4_sentence(report: Path) -> str:

@@ -24,6 +24,7 @@ has no such section; and its part (``PARTS``: a question, or the appendix). A qu
 from __future__ import annotations
 
 import functools
+from collections import Counter
 import html
 import math
 import re
@@ -56,7 +57,7 @@ from .deviations import config_deviations, recipe_notes, unstated_rows
 from ..stats.effects import LEVEL_WORDS
 from ..stats.gradinit_fit import headline, init_rows, series_label
 from .plots import make_figures, norm_line_words
-from ..numbers import interval, sig
+from ..numbers import first_sentence, interval, sig
 from ..results import read_results
 
 _NUMBER = re.compile(r"^[-+\u2212]?(\d|\.\d|inf|nan|∞)", re.IGNORECASE)
@@ -145,18 +146,21 @@ def answer_markdown(data: ReportData) -> str:
 
 
 def summary(data: ReportData) -> str:
-    """The paragraph under the title: the Answer's verdict (in a depth experiment the depth question's answer,
-    ``depth_first``), whether the curves have stopped changing, the claims' tally and what was run, each sentence
-    from the tables."""
+    """The paragraph under the title: the verdict first (the Answer's headline's first sentence; in a depth
+    experiment the depth question's answer, ``depth_first``), then the claims' tally and what was run, its runs
+    grouped by their seed counts, each sentence from the tables."""
     e = data.experiment
     tally = data.study.claims["status"].value_counts()
     claims = ", ".join(f"{int(tally[s])} {s}" for s in STATUSES if s in tally)
-    seeds = len(e.seeds)
-    lead = ([] if data.answer.pair is not None else list(data.depth.lead) if depth_first(data)
+    said = hl.headline(data)
+    lead = (list(data.depth.lead) if depth_first(data) else [first_sentence(said[0])] if said
             else an.speed_sentences(data.answer, e, data.agg.split)[:1])
+    by_seeds = Counter(len(e.seeds_of(run)) for run in e.select)
+    design = [f"{n} run{'s' if n != 1 else ''} of {k} seed{'s' if k != 1 else ''}"
+              for k, n in sorted(by_seeds.items(), reverse=True)]
+    ran = ", ".join(design[:-1]) + f" and {design[-1]}" if len(design) > 1 else "".join(design)
     return " ".join([*lead, f"Of the paper's {len(data.study.claims)} claims checked here: {claims}." if claims else "",
-                     f"{len(e.select)} runs of {seeds} seed{'s' if seeds != 1 else ''} each on {e.data.dataset}."]
-                    ).replace("  ", " ").strip()
+                     f"{ran[:1].upper()}{ran[1:]} on {e.data.dataset}." if ran else ""]).replace("  ", " ").strip()
 
 
 def _answer(page: Page) -> dict[str, Any]:
