@@ -22,6 +22,7 @@ from lnrepro.analysis.render import plots
 from lnrepro.analysis.numbers import interval, sig
 from lnrepro.analysis.sections.claims import STATUSES
 from lnrepro.analysis.render.report import make_report
+from lnrepro.analysis.build import build
 from lnrepro.analysis.results import read_results
 from lnrepro.config import Experiment
 from lnrepro.paper import DEVIATIONS
@@ -929,3 +930,30 @@ def test_sentences_outside_the_appendix_read_aloud(report):
     assert len(sentences) > 10
     assert [s for s in sentences if _depth(s) > 1] == []
     assert [s for s in sentences if len(INTERVAL.findall(s)) > 1] == []
+
+
+def test_figures_name_runs_in_words(report, drawn):
+    """Given the experiment, a figure's legend names each run by its norm position, warm-up and decay, then the
+    settings on which runs of the same words differ; the identifier only without an experiment."""
+    exp_dir, exp, _, _ = report
+    words = plots.run_words(exp, list(exp.select))
+    assert words["preln_nowarmup_step8"].startswith("Pre-LN, no warm-up, step decay")
+    assert len(set(words.values())) == len(words)  # no two runs share a label
+    run_epochs = pd.read_csv(exp_dir / "report" / "tables" / "run_epochs.csv")
+    pair = cl.figure4_runs(exp)
+    plots.plot_figure4(run_epochs, pair, "valid", Path("f4.png"), styles=plots.run_styles(list(exp.select), exp))
+    (fig,) = drawn
+    assert words["postln_warmup_isqrt"] in _texts(fig) and "postln_warmup_isqrt" not in _texts(fig)
+
+
+def test_the_answer_figure_leaves_out_a_split_it_cannot_draw(tmp_path, drawn):
+    """Without a cell between Figure 4's arms, the Answer's figure is the time-to-quality row alone (no empty
+    panel), and its title says in one line why the split is not drawn."""
+    import dataclasses
+
+    exp_dir, exp = make_tree(tmp_path)
+    data = build(read_results(exp_dir, exp), exp)
+    a = dataclasses.replace(data.answer, decomposition=data.answer.decomposition.iloc[0:0])
+    plots.plot_answer(dataclasses.replace(data, answer=a), Path("a.png"))
+    (fig,) = drawn
+    assert len(fig.axes) == 2 and "No split of their gap" in fig._suptitle.get_text()

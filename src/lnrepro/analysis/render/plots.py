@@ -73,15 +73,48 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     return Path(path)
 
 
+def run_words(experiment: Experiment, runs: list[str]) -> dict[str, str]:
+    """Each run in words, as the page's text names it: its norm position, warm-up and decay ("Pre-LN, no warm-up,
+    step decay"), then the settings on which runs of the same words differ ("lr_max 0.004, epochs 25"); the
+    identifier stays in the tables and the records."""
+    def base(run: str) -> str:
+        r = experiment.runs[run]
+        return (f"{norm_label(r.model.norm)}, {'warm-up' if r.schedule.warmup else 'no warm-up'}, "
+                f"{r.schedule.decay} decay")
+
+    words = {}
+    for run in runs:
+        flat = [experiment.runs[o].flat() for o in runs if base(o) == base(run)]
+        mine = experiment.runs[run].flat()
+        differ = [k for k in mine if k != "schedule.anchor_updates" and any(f.get(k) != mine[k] for f in flat)]
+        words[run] = ", ".join([base(run), *(f"{k.rpartition('.')[2]} {_setting_words(mine[k])}" for k in differ)])
+    return words
+
+
+def _setting_words(v: Any) -> str:
+    return sig(v) if isinstance(v, float) else ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+
 def run_styles(runs: list[str], experiment: Experiment | None = None) -> dict[str, dict[str, Any]]:
-    """Colour per run (by order: tab10, tab20 beyond ten runs, so no two runs share one) and line style per norm
-    position (the run's resolved model.norm)."""
+    """Colour per run (by order: tab10, tab20 beyond ten runs, so no two runs share one), line style per norm
+    position (the run's resolved model.norm) and, given the experiment, the run's label in words (run_words)."""
     cmap = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20")  # a colour of its own for up to 20 runs
+    words = run_words(experiment, runs) if experiment is not None else {}
     styles = {}
     for i, run in enumerate(runs):
         norm = experiment.runs[run].model.norm if experiment is not None else None
-        styles[run] = {"color": cmap(i % cmap.N), "linestyle": norm_style(norm)["linestyle"]}
+        styles[run] = {"color": cmap(i % cmap.N), "linestyle": norm_style(norm)["linestyle"],
+                       "label": words.get(run, run)}
     return styles
+
+
+def _line(style: dict[str, Any]) -> dict[str, Any]:
+    """A run's style as line keywords: its label is given where the line is drawn."""
+    return {k: v for k, v in style.items() if k != "label"}
+
+
+def _name(styles: dict[str, dict[str, Any]], run: str) -> str:
+    return styles.get(run, {}).get("label", run)
 
 
 def _label(run: str, g: pd.DataFrame) -> str:
@@ -126,7 +159,8 @@ def _curves(ax: plt.Axes, run_epochs: pd.DataFrame, runs: list[str], col: str, x
     for run in runs if have else []:
         g = run_epochs[run_epochs["run"] == run].sort_values("epoch", kind="stable")
         st, scored = styles.get(run, {}), g[g[f"{col}_mean"].notna()]
-        ax.plot(scored[x], scored[f"{col}_mean"], marker="o", markersize=3, label=_label(run, g), **st)
+        ax.plot(scored[x], scored[f"{col}_mean"], marker="o", markersize=3, label=_label(_name(styles, run), g),
+                **_line(st))
         ax.fill_between(scored[x], scored[f"{col}_min"], scored[f"{col}_max"], color=st.get("color"), alpha=0.15,
                         linewidth=0)
         div = g[g["status"] == DIVERGED]
@@ -172,7 +206,8 @@ def plot_figure4(run_epochs: pd.DataFrame, runs: list[str], split: str, out: Pat
             ax.legend(fontsize=7)
     if not runs:
         note = "no Figure 4 pair: comparisons.figure4 is not configured or its runs are not selected"
-    fig.suptitle("Figure 4: " + " vs ".join(runs) + (f"\n{note}" if note else ""), fontsize=9)
+    fig.suptitle("Figure 4: " + " vs ".join(_name(styles, r) for r in runs) + (f"\n{note}" if note else ""),
+                 fontsize=9)
     return _save(fig, out)
 
 
@@ -217,8 +252,8 @@ def plot_learning_rates(lrs: pd.DataFrame, out: Path, *, styles: dict[str, dict[
         for run in [r for r in runs if _schedule_panel(experiment, r) == panel]:
             for i, (_, g) in enumerate(lrs[lrs["run"] == run].groupby("seed", sort=False)):
                 g = g[g["lr"] > 0]
-                ax.plot(g["update"], g["lr"], linewidth=1.4, label=run if i == 0 else "_nolegend_",
-                        **styles.get(run, {}))
+                ax.plot(g["update"], g["lr"], linewidth=1.4, label=_name(styles, run) if i == 0 else "_nolegend_",
+                        **_line(styles.get(run, {})))
         if lrs.empty:
             _empty(ax, "no learning rates logged (train.jsonl's lrs)")
         else:
@@ -456,7 +491,8 @@ def plot_layer_grads(summary: pd.DataFrame, out: Path, *, value: str = "grad_nor
             if q.empty:
                 continue
             st = styles.get(gv, {})
-            ax.plot(q.index.astype(int), q["mean"], marker="o", markersize=3, label=str(gv), **st)
+            ax.plot(q.index.astype(int), q["mean"], marker="o", markersize=3, label=str(_name(styles, gv)),
+                    **_line(st))
             ax.fill_between(q.index.astype(int), q["min"], q["max"], color=st.get("color"), alpha=0.15, linewidth=0)
         ax.set_title(f"{'encoder' if stack == 'enc' else 'decoder' if stack == 'dec' else stack} {sub}", fontsize=9)
         ax.set_xlabel("layer (1 = bottom)")
@@ -482,7 +518,7 @@ def plot_total_grad(curves: pd.DataFrame, max_update: int, out: Path, styles: di
     if len(c):
         for run, g in c.groupby("run", sort=False):
             m = g.groupby("update")["grad_norm"].mean()
-            ax.plot(m.index, m.values, label=run, **styles.get(run, {}))
+            ax.plot(m.index, m.values, label=_name(styles, run), **_line(styles.get(run, {})))
         ax.set_yscale("log")
         fig.legend(loc="outside right upper", fontsize=7)  # outside the axes: the curves stay visible
     else:
@@ -651,7 +687,7 @@ def _time_panel(ax: plt.Axes, ttq: pd.DataFrame, metric: str, styles: dict[str, 
         ok = g["status"] == "reached"
         err = np.array([g["epochs"] - g["epochs_low"], g["epochs_high"] - g["epochs"]])
         ax.errorbar(xs[ok.to_numpy()], g["epochs"][ok], yerr=np.nan_to_num(err[:, ok.to_numpy()]), fmt="o",
-                    capsize=4, color=st.get("color"), label=run)
+                    capsize=4, color=st.get("color"), label=_name(styles, run))
         for x in xs[~ok.to_numpy()]:
             ax.text(x, 0.03, "not\nreached", ha="center", fontsize=7, color=st.get("color"),
                     transform=ax.get_xaxis_transform())
@@ -709,13 +745,21 @@ def plot_answer(data: ReportData, out: Path, *, styles: dict[str, dict[str, Any]
         ax.set_axis_off()
         _empty(ax, textwrap.fill(a.note, 110))
         return _save(fig, out)
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.4), layout="constrained")
     styles = styles or run_styles([a.pair.from_run, a.pair.to_run])
+    metrics = (f"{split}_bleu_tok", f"{split}_loss_base2")
+    dec, path = a.decomposition, main_path(a)
+    split_shown = bool(len(dec[(dec["path"] == path) & dec["metric"].isin(metrics)])) and bool(len(a.gap))
+    fig, axes = plt.subplots(2 if split_shown else 1, 2, figsize=(12, 8.4 if split_shown else 4.6),
+                             layout="constrained", squeeze=False)
     lo, hi = (data.experiment.runs[r].factors for r in (a.pair.from_run, a.pair.to_run))
     words = {f: step_text(f, lo[f], hi[f]) for f in a.pair.factors}
-    for col, metric in enumerate((f"{split}_bleu_tok", f"{split}_loss_base2")):
+    for col, metric in enumerate(metrics):
         _time_panel(axes[0][col], a.time_to_quality, metric, styles)
-        _decomposition_panel(axes[1][col], a.decomposition, a.gap, metric, main_path(a), words)
-    fig.suptitle(f"Answer: time to quality of {a.pair.to_run} and {a.pair.from_run} (top), and their gap split "
-                 "one factor at a time (bottom); 95% intervals over seeds", fontsize=9)
+        if split_shown:
+            _decomposition_panel(axes[1][col], dec, a.gap, metric, path, words)
+    pair = f"{_name(styles, a.pair.to_run)} and {_name(styles, a.pair.from_run)}"
+    fig.suptitle(textwrap.fill(f"Answer: time to quality of {pair}" + (
+        " (top), and their gap split one factor at a time (bottom); 95% intervals over seeds" if split_shown else
+        "; 95% intervals over seeds. No split of their gap: no cell between Figure 4's arms is selected"), 160),
+        fontsize=9)
     return _save(fig, out)
