@@ -7,6 +7,7 @@ LNREPRO_REQUIRE_CHROMIUM=1 (CI: ``.ci/run`` installs it), where it fails, as LNR
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -20,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEMO, DemoRun, snakemake
+from conftest import DEMO, REPO, DemoRun, snakemake
 from lnrepro.analysis import FIGURES
+from lnrepro.analysis.numbers import first_sentence
+from lnrepro.studies import STUDIES
 
 REQUIRE_CHROMIUM_ENV = "LNREPRO_REQUIRE_CHROMIUM"
 PROBE = "/probe.html"  # index.html with the probe script: served beside it, so its relative links resolve alike
@@ -43,11 +46,12 @@ addEventListener("load", () => {
     order: [...document.querySelectorAll("h1, p.summary, h2, img, a[href='#answer']")].map(e =>
       e.tagName === "IMG" ? "img " + e.getAttribute("src") : e.tagName === "A" ? "contents"
       : e.className === "summary" ? "summary" : e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")),
-    // where the summary and the Answer's headline end and where its figure starts, in the page's pixels at
-    // the window's width
+    // where the summary and the first section's finding end and where its figure starts, in the page's pixels
+    // at the window's width
     screen: {width: innerWidth, summary: document.querySelector("p.summary").getBoundingClientRect().bottom,
-             answer: document.querySelector("#answer ~ p.finding").getBoundingClientRect().bottom,
-             figure: document.querySelector("#answer ~ figure img").getBoundingClientRect().top},
+             answer: document.querySelector("p.finding").getBoundingClientRect().bottom,
+             figure: document.querySelector("figure img").getBoundingClientRect().top},
+    summary: document.querySelector("p.summary").textContent,
     errors: lnreproErrors});
   document.body.append(out);
 });
@@ -96,10 +100,10 @@ class _ReportHandler(SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def served(demo_run: DemoRun) -> Iterator[str]:
-    """The demo report's base URL on 127.0.0.1 (a free port), served from a thread for the test's duration."""
-    handler = functools.partial(_ReportHandler, directory=str(demo_run.exp_dir / "report"))
+@contextlib.contextmanager
+def serving(report: Path) -> Iterator[str]:
+    """``report``'s base URL on 127.0.0.1 (a free port), served from a thread while the context is open."""
+    handler = functools.partial(_ReportHandler, directory=str(report))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -109,6 +113,13 @@ def served(demo_run: DemoRun) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@pytest.fixture
+def served(demo_run: DemoRun) -> Iterator[str]:
+    """The demo report's base URL, served for the test's duration."""
+    with serving(demo_run.exp_dir / "report") as url:
+        yield url
 
 
 def probe_page(chromium: str, url: str, profile: Path) -> tuple[dict, str]:
@@ -153,3 +164,24 @@ def test_snakemake_report_has_every_figure(demo_run: DemoRun, tmp_path: Path) ->
     text = out.read_text(encoding="utf-8")
     missing = [f for f in FIGURES.values() if f not in text]
     assert missing == [], f"snakemake --report lacks {missing}"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("part", [p for p, study in STUDIES.items() if (REPO / study.report / "index.html").exists()])
+def test_a_published_report_answers_on_its_first_screen(chromium: str, part: str, tmp_path: Path) -> None:
+    """Each published report at 1,400 x 900: the summary opens with the study's verdict (the first sentence of its
+    Answer's headline, or of its depth finding) and, with the first section's finding, ends on the first screen,
+    where that section's figure starts; every image loads. The screenshot is left in the test's folder."""
+    study = STUDIES[part]
+    with serving(REPO / study.report) as url:
+        probe, _ = probe_page(chromium, url, tmp_path / "profile")
+        width, height = FIRST_SCREEN
+        shot = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--window-size={width},{height}",
+                               f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={tmp_path / 'first.png'}",
+                               url + "/index.html"], capture_output=True, text=True, timeout=180)
+    assert shot.returncode == 0 and (tmp_path / "first.png").stat().st_size > 0, shot.stderr[-2000:]
+    answer = (REPO / study.report / "answer.md").read_text(encoding="utf-8").split("\n\n")[1]
+    assert " ".join(probe["summary"].split()).startswith(" ".join(first_sentence(answer).split()))
+    screen = probe["screen"]
+    assert screen["summary"] <= screen["answer"] and screen["figure"] < height, screen
+    assert [i["src"] for i in probe["images"] if not i["ok"]] == [] and probe["errors"] == []
