@@ -933,16 +933,16 @@ def test_sentences_outside_the_appendix_read_aloud(report):
 
 
 def test_figures_name_runs_in_words(report, drawn):
-    """Given the experiment, a figure's legend names each run by its norm position, warm-up and decay, then the
-    settings on which runs of the same words differ; the identifier only without an experiment."""
+    """Given the experiment, a figure's legend names each run as the tables do (``views.names``); the identifier
+    only without an experiment."""
+    from lnrepro.analysis.render.views import names
+
     exp_dir, exp, _, _ = report
-    words = plots.run_words(exp, list(exp.select))
-    assert words["preln_nowarmup_step8"].startswith("Pre-LN, no warm-up, step decay")
-    assert len(set(words.values())) == len(words)  # no two runs share a label
     run_epochs = pd.read_csv(exp_dir / "report" / "tables" / "run_epochs.csv")
     pair = cl.figure4_runs(exp)
     plots.plot_figure4(run_epochs, pair, "valid", Path("f4.png"), styles=plots.run_styles(list(exp.select), exp))
     (fig,) = drawn
+    words = names(exp)
     assert words["postln_warmup_isqrt"] in _texts(fig) and "postln_warmup_isqrt" not in _texts(fig)
 
 

@@ -33,6 +33,7 @@ from ..sections.claims import PaperMark, norm_label  # noqa: E402
 from ..stats.effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
 from ..stats.gradinit_fit import HEADLINE, headline, init_rows, last_layer, series_label  # noqa: E402
 from ..numbers import sig  # noqa: E402
+from .views import names  # noqa: E402
 
 if TYPE_CHECKING:
     from ..build import ReportData
@@ -73,33 +74,12 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     return Path(path)
 
 
-def run_words(experiment: Experiment, runs: list[str]) -> dict[str, str]:
-    """Each run in words, as the page's text names it: its norm position, warm-up and decay ("Pre-LN, no warm-up,
-    step decay"), then the settings on which runs of the same words differ ("lr_max 0.004, epochs 25"); the
-    identifier stays in the tables and the records."""
-    def base(run: str) -> str:
-        r = experiment.runs[run]
-        return (f"{norm_label(r.model.norm)}, {'warm-up' if r.schedule.warmup else 'no warm-up'}, "
-                f"{r.schedule.decay} decay")
-
-    words = {}
-    for run in runs:
-        flat = [experiment.runs[o].flat() for o in runs if base(o) == base(run)]
-        mine = experiment.runs[run].flat()
-        differ = [k for k in mine if k != "schedule.anchor_updates" and any(f.get(k) != mine[k] for f in flat)]
-        words[run] = ", ".join([base(run), *(f"{k.rpartition('.')[2]} {_setting_words(mine[k])}" for k in differ)])
-    return words
-
-
-def _setting_words(v: Any) -> str:
-    return sig(v) if isinstance(v, float) else ", ".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
-
-
 def run_styles(runs: list[str], experiment: Experiment | None = None) -> dict[str, dict[str, Any]]:
     """Colour per run (by order: tab10, tab20 beyond ten runs, so no two runs share one), line style per norm
-    position (the run's resolved model.norm) and, given the experiment, the run's label in words (run_words)."""
+    position (the run's resolved model.norm) and, given the experiment, the run's label in words (the tables'
+    ``views.names``)."""
     cmap = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20")  # a colour of its own for up to 20 runs
-    words = run_words(experiment, runs) if experiment is not None else {}
+    words = names(experiment) if experiment is not None else {}
     styles = {}
     for i, run in enumerate(runs):
         norm = experiment.runs[run].model.norm if experiment is not None else None
