@@ -271,6 +271,20 @@ def test_the_finding_names_the_variants_that_trained_deep_at_each_rate():
                                              "layer's W2 gradient is exactly 0, so it has no exponent b.")
 
 
+def test_the_deepest_cells_as_a_table():
+    """Per variant and lr_max at 18 layers without warm-up: seeds trained, failure rate with Wilson's interval,
+    the gradient exponent at initialization and what it predicts, as the finding's sentences say them."""
+    exp = experiment()
+    fates = dp.seed_fates_by_depth(epoch_rows(), exp, [("last", EPOCHS)], "valid", exp.analysis.report)
+    t = dp.deep_table(dp.rate_table(fates, exp), "last", fit_rows(), 18).set_index(["variant", "lr_max"])
+    post = t.loc[("Post-LN", "0.002")]
+    assert (post["seeds trained"], post["failure rate [Wilson 95%]"]) == ("0 of 3", "1.00 [0.44, 1.0]")
+    assert post["gradient exponent b at init [95%]"] == "0.18 [\u22120.11, 0.48]"
+    assert post["b predicts"] == "a need for warm-up"
+    assert t.loc[("Pre-LN", "0.001"), "b predicts"] == "training without warm-up"
+    assert set(dp.deep_table(dp.rate_table(fates, exp), "last", None, 18)["b predicts"]) == {"nothing"}
+
+
 def test_the_depth_section_and_its_tables(report):
     exp_dir, exp, index = report
     text = index.read_text()
@@ -304,7 +318,9 @@ def test_the_depth_section_and_its_tables(report):
     finding = text.split('id="depth"', 1)[1].split('<p class="finding">', 1)[1].split("</p>", 1)[0]
     assert finding.startswith(f"Without warm-up at 18 layers and lr_max 0.002, at epoch {EPOCHS}: most seeds "
                               "trained with Pre-LN and DeepNorm; most failed with Post-LN.")
-    assert "The gradient at initialization was not fitted: no prediction from it." in finding
+    assert "Wilson" not in finding  # the cells follow as a table, read at a glance; the sentences in answer.md
+    deepest = text.split('id="depth"', 1)[1].split('id="depth-deepest"', 1)[1].split("</table>", 1)[0]
+    assert "Post-LN" in deepest and "not measured" in deepest  # no gradient fit in this tree
     conf = pd.read_csv(tables / "depth_confounds.csv").set_index("variant")
     assert "residual scaling" in conf.loc["deepnorm", "differences"]
     assert conf.loc["post", "differences"] == "nothing beside the norm position"

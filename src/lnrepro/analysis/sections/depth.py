@@ -523,6 +523,46 @@ def _details(found: tuple[int, pd.DataFrame] | None, gradinit_fit: pd.DataFrame 
     return out
 
 
+def deep_table(rates: pd.DataFrame, budget: str, gradinit_fit: pd.DataFrame | None, deepest: int) -> pd.DataFrame:
+    """The finding's cells as a table read at a glance (the page opens the section with it, the sentences of
+    ``finding`` in answer.md): per variant and lr_max at ``deepest`` layers without warm-up, its seeds trained,
+    its failure rate with Wilson's 95% interval, and its gradient exponent at initialization with what it
+    predicted (``prediction``'s reading)."""
+    from ..stats.gradinit_fit import headline
+
+    found = _deep_cells(rates, budget, deepest)
+    if found is None:
+        return pd.DataFrame()
+    _, cells = found
+    top = None if gradinit_fit is None else headline(gradinit_fit).set_index("norm")
+    order = [n for n in NORMS if n in set(cells["variant"])] + [n for n in dict.fromkeys(cells["variant"])
+                                                                 if n not in NORMS]
+    rows = []
+    for norm in order:
+        exponent = top.loc[norm] if top is not None and norm in top.index else None
+        b, predicted = _exponent_words(exponent)
+        for r in cells[cells["variant"] == norm].itertuples():
+            rate, lo, hi = wilson(int(r.k), int(r.n))
+            rows.append({"variant": r.label, "lr_max": sig(r.lr_max),
+                         "seeds trained": f"{int(r.n - r.k)} of {int(r.n)}" if r.n else "no fate yet",
+                         "failure rate [Wilson 95%]": interval(rate, lo, hi) if r.n else "—",
+                         "gradient exponent b at init [95%]": b, "b predicts": predicted})
+    return pd.DataFrame(rows)
+
+
+def _exponent_words(exponent: pd.Series | None) -> tuple[str, str]:
+    """A variant's exponent b with its interval, and what it predicts, in ``prediction``'s reading."""
+    if exponent is None:
+        return "not measured", "nothing"
+    b, lo, hi = (float(exponent[k]) for k in ("b", "b_low", "b_high"))
+    if not math.isfinite(b):
+        return ("none: exactly 0" if isinstance(exponent.get("note"), str) and exponent["note"] else "not fitted",
+                "nothing")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return sig(b), "nothing"
+    return interval(b, lo, hi), "training without warm-up" if hi < 0 else "a need for warm-up"
+
+
 def nll_only(settings: ReportSettings) -> ReportSettings:
     """The failure rule without its BLEU part (``failure_bleu_fraction`` 0): a seed fails when it diverged,
     stopped or its NLL is above ``failure_nll_ratio`` x the best run's. A reading chosen after the records were
@@ -603,5 +643,5 @@ def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experi
 
 __all__ = ["Depth", "depth", "depth_of", "wilson", "rate_difference", "smallest_resolved",
            "resolution_text", "seed_fates_by_depth", "rate_table", "quality_table", "time_table", "test_rows",
-           "confound_table", "claim_table", "finding", "nll_only", "sensitivity_table", "sensitivity_words",
+           "confound_table", "claim_table", "finding", "deep_table", "nll_only", "sensitivity_table", "sensitivity_words",
            "prediction", "learning_rates", "lr_of", "DEPTH_CLAIMS", "OPEN"]
