@@ -733,7 +733,7 @@ def test_plot_figure4_marks_and_note(report, drawn):
     plots.plot_figure4(run_epochs, pair, "valid", Path("f4.png"), note="paper's points not shown: X differs")
     plots.plot_figure4(run_epochs, [], "valid", Path("f4.png"))
     with_marks, with_note, no_pair = map(_texts, drawn)
-    assert "valid loss (bits per target token)" in with_marks and "valid BLEU (tokenized, 0-100)" in with_marks
+    assert "validation loss (bits per target token)" in with_marks and "validation BLEU (tokenized, 0-100)" in with_marks
     assert "epoch (checkpoint)" in with_marks and "preln_nowarmup_step8 (diverged 1/2 seeds)" in with_marks
     assert "paper, Post-LN: about 34 at the end" in with_marks and "paper, Pre-LN: about 4 at the end" in with_marks
     assert "checkpoint 1.2 as good as Post-LN's 2" in with_marks  # 0.6 x round(0.75 x 3)
@@ -812,7 +812,7 @@ def test_plot_cells_effects_interaction(drawn):
     cells_fig, effects_fig, interaction_fig = drawn
     text = _texts(cells_fig)
     assert "Post-LN\nno warm-up\nisqrt" in text and text.count("2 left out") == 4  # both metrics, two cells
-    assert "cell mean, 95% t interval" in text and "valid loss (bits per target token)" in text
+    assert "cell mean, 95% t interval" in text and "validation loss (bits per target token)" in text
     bleu = cells_fig.axes[1]
     assert sum(len(c.get_offsets()) for c in bleu.collections if hasattr(c, "get_offsets")) >= 12  # 6 cells x 2
     text = _texts(effects_fig)

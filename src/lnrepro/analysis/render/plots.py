@@ -33,7 +33,7 @@ from ..sections.claims import PaperMark, norm_label  # noqa: E402
 from ..stats.effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
 from ..stats.gradinit_fit import HEADLINE, headline, init_rows, last_layer, series_label  # noqa: E402
 from ..numbers import sig  # noqa: E402
-from .views import names  # noqa: E402
+from .views import SPLIT_WORDS, names  # noqa: E402
 
 if TYPE_CHECKING:
     from ..build import ReportData
@@ -110,8 +110,9 @@ _TERM_WORDS = {"norm": "norm", "warmup": "warm-up", "decay": "decay"}
 
 def _metrics(split: str) -> list[tuple[str, str, str]]:
     """The two Figure-4 scores of ``split``: (metric, axis label, unit of a difference)."""
-    return [("loss_base2", f"{split} loss (bits per target token)", "bits per target token"),
-            ("bleu_tok", f"{split} BLEU (tokenized, 0-100)", "BLEU points")]
+    words = SPLIT_WORDS.get(split, split)
+    return [("loss_base2", f"{words} loss (bits per target token)", "bits per target token"),
+            ("bleu_tok", f"{words} BLEU (tokenized, 0-100)", "BLEU points")]
 
 
 def _empty(ax: plt.Axes, text: str) -> None:
@@ -327,7 +328,7 @@ def plot_effects(effects: pd.DataFrame, budget: str, split: str, out: Path) -> P
             ax.errorbar([r["estimate"]], [y], xerr=err, fmt="o", color="black", capsize=4)
         ax.set_yticks(ys, [_term_label(t) for t in TERMS], fontsize=8)
         ax.set_ylim(-0.6, len(TERMS) - 0.4)
-        ax.set_xlabel(f"effect on {split} {'loss' if metric == 'loss_base2' else 'BLEU'} ({unit})")
+        ax.set_xlabel(f"effect on {SPLIT_WORDS.get(split, split)} {'loss' if metric == 'loss_base2' else 'BLEU'} ({unit})")
         ax.grid(alpha=0.3, axis="x")
     fig.suptitle(f"main effects and interactions at {budget}: 2 beta of y ~ norm * warmup * decay "
                  "(-1/+1 coding), 95% interval over seeds", fontsize=9)
