@@ -817,7 +817,7 @@ def test_plot_cells_effects_interaction(drawn):
     assert sum(len(c.get_offsets()) for c in bleu.collections if hasattr(c, "get_offsets")) >= 12  # 6 cells x 2
     text = _texts(effects_fig)
     assert "norm: pre minus post" in text and "warm-up: on minus off" in text and "norm x warm-up x decay" in text
-    assert "effect on valid BLEU (BLEU points)" in text
+    assert "effect on validation BLEU (BLEU points)" in text
     assert "not identified by the cells with data" in text  # six cells identify six of the seven terms
     text = _texts(interaction_fig)
     assert "warm-up off" in text and "isqrt decay" in text and "step decay" in text and "Pre-LN" in text

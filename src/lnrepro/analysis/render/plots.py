@@ -328,7 +328,8 @@ def plot_effects(effects: pd.DataFrame, budget: str, split: str, out: Path) -> P
             ax.errorbar([r["estimate"]], [y], xerr=err, fmt="o", color="black", capsize=4)
         ax.set_yticks(ys, [_term_label(t) for t in TERMS], fontsize=8)
         ax.set_ylim(-0.6, len(TERMS) - 0.4)
-        ax.set_xlabel(f"effect on {SPLIT_WORDS.get(split, split)} {'loss' if metric == 'loss_base2' else 'BLEU'} ({unit})")
+        score = "loss" if metric == "loss_base2" else "BLEU"
+        ax.set_xlabel(f"effect on {SPLIT_WORDS.get(split, split)} {score} ({unit})")
         ax.grid(alpha=0.3, axis="x")
     fig.suptitle(f"main effects and interactions at {budget}: 2 beta of y ~ norm * warmup * decay "
                  "(-1/+1 coding), 95% interval over seeds", fontsize=9)
