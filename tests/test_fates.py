@@ -124,8 +124,9 @@ OLD = {"postln_warmup_isqrt_L6": "did not train", "deepnorm_nowarmup_isqrt_L6": 
 
 def _store(tmp_path: Path) -> tuple[Path, Path]:
     """test_depth's tree for RUNS (2 epochs of 10 updates; postln_nowarmup_isqrt_L18 seed 3 diverges), with
-    curves (NLL 6 / update, or H) and hypotheses per run: Post-LN with warm-up learns, DeepNorm without warm-up learns but emits one
-    sentence, Post-LN without warm-up stays at H; and the data folder, bpe.json, store.json and the report's fates."""
+    curves (NLL 6 / update, or H) and hypotheses per run: Post-LN with warm-up learns, DeepNorm without warm-up
+    learns but emits one sentence, Post-LN without warm-up stays at H; and the data folder, bpe.json, store.json
+    and the report's fates."""
     exp = experiment(RUNS)
     store = make_tree(tmp_path, exp)
     data = tmp_path / "data"
@@ -161,8 +162,8 @@ def test_the_command_prints_each_unit_and_the_confusion_table(tmp_path: Path, ca
     text = capsys.readouterr().out
     units = pd.read_csv(out)
     fates = units.set_index(["run", "seed"])["fate"].to_dict()
-    assert fates == {(RUNS[0], 1): "trained", (RUNS[0], 2): "trained", (RUNS[0], 3): "trained",
-                     (RUNS[1], 1): "source-ignoring", (RUNS[1], 2): "source-ignoring", (RUNS[1], 3): "source-ignoring",
+    assert fates == {**{(RUNS[0], s): "trained" for s in (1, 2, 3)},
+                     **{(RUNS[1], s): "source-ignoring" for s in (1, 2, 3)},
                      (RUNS[2], 1): "stalled", (RUNS[2], 2): "stalled", (RUNS[2], 3): "diverged"}
     assert set(units["read_at"]) == {20, 13} and set(units["old_fate"]) == {"did not train"}
     assert units.loc[units["run"] == RUNS[0], "reached"].tolist() == [2, 2, 2]  # 6 / u <= 4.5 from u = 2

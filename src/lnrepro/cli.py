@@ -256,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a study's store (published/{exp}) or results tree (results/{exp})")
     fa.add_argument("--data", type=Path, required=True,
                     help="the study's data folder (results/{exp}/data: snakemake --until apply_bpe), for H")
-    fa.add_argument("--epoch", type=count, help="read every unit at the end of this epoch (default: its run's last)")
+    fa.add_argument("--epoch", type=count,
+                    help="read every unit at the end of this epoch (default: its run's last)")
     fa.add_argument("--csv", type=Path, help="also write the per-unit rows to this CSV")
     fa.set_defaults(func=_fates)
 

@@ -111,7 +111,11 @@ def store_fates(store: Path, data: Path, epoch: int | None = None) -> StoreFates
     store, data = Path(store), Path(data)
     experiment = Experiment.read(store / EXPERIMENT_JSON)
     paths = Paths(experiment.name)
-    vocab = BpeSettings.read(store / Path(paths.bpe_json).relative_to(paths.root)).vocab_size
+
+    def local(path: str) -> Path:  # a path of the layout, under the store
+        return store / Path(path).relative_to(paths.root)
+
+    vocab = BpeSettings.read(local(paths.bpe_json)).vocab_size
     entropy = fa.unigram_entropy(_target_ids(store, data))
     old, against = _old_fates(store, epoch)
     rows = []
@@ -121,9 +125,9 @@ def store_fates(store: Path, data: Path, epoch: int | None = None) -> StoreFates
         ep = epoch if epoch is not None else s.epochs
         manifest = s.manifests.get(ep)
         if manifest is None:
-            raise LnReproError(f"{store / Path(paths.epoch_manifest(s.run, s.seed, f'{ep:03d}')).relative_to(paths.root)}"
-                               f": not found (epoch {ep} of run {s.run} seed {s.seed})")
-        hyp = store / Path(paths.run_folder(s.run, s.seed).hypotheses(ep, "valid")).relative_to(paths.root)
+            raise LnReproError(f"{local(paths.epoch_manifest(s.run, s.seed, f'{ep:03d}'))}: not found (epoch {ep} "
+                               f"of run {s.run} seed {s.seed})")
+        hyp = local(paths.run_folder(s.run, s.seed).hypotheses(ep, "valid"))
         diverged = s.summary.diverged.update if s.summary.diverged else None
         stopped = diverged is not None and diverged - 1 <= manifest.updates
         if not stopped and not text_exists(hyp):
