@@ -111,6 +111,16 @@ def _publish(a: argparse.Namespace) -> None:
     print(publish(a.folders[0], a.folders[1], a.configfile).text(a.folders[1]), end="")
 
 
+def _fates(a: argparse.Namespace) -> None:
+    from .analysis.store_fates import store_fates
+    from .io import atomic_write_csv
+
+    fates = store_fates(a.store, a.data, a.epoch)
+    if a.csv:
+        atomic_write_csv(a.csv, fates.units)
+    print(fates.text(), end="")
+
+
 def _readme_results(a: argparse.Namespace) -> None:
     from .analysis.render.readme_results import update_readme
 
@@ -239,6 +249,17 @@ def build_parser() -> argparse.ArgumentParser:
     pu.add_argument("--threads", type=count,
                     help="with --status: threads per training job (default: the study's resources.train_run)")
     pu.set_defaults(func=_publish)
+
+    fa = sub.add_parser("fates", help="each unit's fate from its own training dynamics (diverged, stalled, "
+                                      "source-ignoring, trained) and its speed, against the report's fates")
+    fa.add_argument("--store", type=Path, required=True,
+                    help="a study's store (published/{exp}) or results tree (results/{exp})")
+    fa.add_argument("--data", type=Path, required=True,
+                    help="the study's data folder (results/{exp}/data: snakemake --until apply_bpe), for H")
+    fa.add_argument("--epoch", type=count,
+                    help="read every unit at the end of this epoch (default: its run's last)")
+    fa.add_argument("--csv", type=Path, help="also write the per-unit rows to this CSV")
+    fa.set_defaults(func=_fates)
 
     rr = sub.add_parser("readme-results", help="write one generated results part of README.md from a published report")
     rr.add_argument("--part", choices=list(STUDIES), default="study",
