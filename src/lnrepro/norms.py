@@ -112,8 +112,10 @@ register_norm(NormVariant("b2t", "B2T", final_norm=False, differences=(
                                  "layers (encoder and decoder apart), biases left"))))
 register_norm(NormVariant("sandwich", "Sandwich-LN", final_norm=True, differences=(
     Difference("parameters", "a second LayerNorm per sublayer, on the branch's output: x + LN_out(F(LN_in(x)))"),
-    Difference("residual scaling", "the branch normalized before it is added (dropout after LN_out; no LayerNorm "
-                                   "on the embeddings' output)"))))
+    Difference("residual scaling", "the branch normalized before it is added, then dropped out: "
+                                   "x + dropout(LN_out(F(LN_in(x)))), fairseq's place for dropout (x-transformers' "
+                                   "sandwich_norm has none there; CogView drops out before LN_out, "
+                                   "x + LN_out(dropout(F(LN_in(x))))); no LayerNorm on the embeddings' output"))))
 register_norm(NormVariant("dyt", "DyT", final_norm=True, differences=(
     Difference("layernorms removed", "every LayerNorm of Pre-LN (the sublayers' and each stack's last) replaced by "
                                      "DyT(x) = gamma * tanh(alpha x) + beta"),
