@@ -1,8 +1,8 @@
 """b2t (B2T connection, takase/b2t_connection --residual-bottom-to-top): Post-LN with the layer's input added
-before its last LayerNorm, LN(h + F(h) + x), and every weight matrix of a layer scaled by N^-1/2 (N its stack's
-layers). The forward pass against the equation from the model's own sublayers at init and after an update, in
-training mode with dropout; the scaling against the reference's numbers; the description; training, resume
-and gradinit."""
+before its last LayerNorm, LN(h + F(h) + x), fc1 and fc2 initialized as nn.Linear, and every weight matrix of a
+layer scaled by N^-1/2 (N its stack's layers). The forward pass against the equation from the model's own sublayers
+at init and after an update, in training mode with dropout; the initialization against the reference's
+construction and numbers; the description; training, resume and gradinit."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from conftest import fake_bpe
 from lnrepro.norms import norm_variant
 from lnrepro.train.batching import collate, read_ids
-from variant_models import (VOCAB, cached_decode_equals_full, gradinit_measures, one_update, tiny_model,
-                            trains_and_resumes_bitwise)
+from variant_models import (VOCAB, assert_linear_default_ffn, cached_decode_equals_full, gradinit_measures,
+                            one_update, post_ln_with_linear_default_ffn, tiny_model, trains_and_resumes_bitwise)
 
 torch.set_num_threads(1)
 
@@ -28,19 +28,26 @@ def test_description():
     assert [d.kind for d in v.differences] == ["residual scaling", "initialization"]
 
 
-def test_weight_matrices_are_post_ln_s_scaled_by_their_stack_s_depth():
-    post, b2t = tiny_model("post").state_dict(), tiny_model("b2t")
+def test_weights_are_the_reference_s_ffn_then_every_matrix_scaled_by_its_stack_s_depth():
+    """Post-LN's weights for the seed with each layer's fc1 and fc2 drawn again by nn.Linear (the reference's
+    build_fc1/build_fc2), then every weight matrix of a layer scaled (rescaling_init); biases and LayerNorms left."""
+    reference, b2t = post_ln_with_linear_default_ffn().state_dict(), tiny_model("b2t")
     state = b2t.state_dict()
-    assert list(state) == list(post) and b2t.encoder_norm is None  # Post-LN's keys, no final LayerNorm
+    assert list(state) == list(reference) and b2t.encoder_norm is None  # Post-LN's keys, no final LayerNorm
     scaled = 0
-    for k, v in post.items():
+    for k, v in reference.items():
         if "layer_norm" not in k and k.endswith(".weight") and k.startswith(("encoder_layers.", "decoder_layers.")):
             scale = ENCODER_SCALE if k.startswith("encoder_") else DECODER_SCALE
             torch.testing.assert_close(state[k], v * scale, rtol=1e-7, atol=0)
             scaled += 1
-        else:  # embeddings, every bias, the LayerNorms
+        else:  # embeddings, every bias (fc1's and fc2's nn.Linear draws), the LayerNorms
             assert torch.equal(state[k], v), k
     assert scaled == 2 * 6 + 3 * 10  # q, k, v, out (x2 in the decoder), fc1, fc2
+
+
+def test_ffn_has_nn_linear_s_initialization_scaled():
+    assert_linear_default_ffn(tiny_model("b2t"), ENCODER_SCALE, DECODER_SCALE)
+    assert_linear_default_ffn(tiny_model("b2t", seed=1), ENCODER_SCALE, DECODER_SCALE)
 
 
 def _ln(x: torch.Tensor, residual) -> torch.Tensor:

@@ -21,6 +21,7 @@ from lnrepro.norms import NORMS, Difference, NormVariant, norm_variant, register
 from lnrepro.train.batching import collate, read_ids
 from lnrepro.train.loss import label_smoothed_nll_loss
 from lnrepro.vocab import PAD
+from variant_models import tiny_model
 
 torch.set_num_threads(1)
 
@@ -96,6 +97,25 @@ def test_registry_holds_the_papers_two_equations():
 
 def test_every_described_variant_has_its_module():
     assert list(RESIDUALS) == list(NORMS)  # registered in the same order, by the same names
+
+
+# The variants whose references build fc1 and fc2 with nn.Linear's initialization (their tests check it), and those
+# whose own initialization redraws or rescales the fc1 and fc2 weights (theirs check those).
+LINEAR_DEFAULT_FFN = ("b2t", "resi_dual")
+OWN_FFN_WEIGHTS = ("deepnorm", "tfixup")
+
+
+@pytest.mark.parametrize("norm", [n for n in NORMS if n not in LINEAR_DEFAULT_FFN])
+def test_other_variants_keep_fairseq_s_ffn_initialization(norm):
+    """fairseq 0.9.0's Linear(): zero biases, and Post-LN's Xavier-uniform weights for the seed (unless the variant
+    draws or scales its own); b2t and resi_dual alone take nn.Linear's."""
+    post, net = tiny_model("post"), tiny_model(norm)
+    for ours, theirs in zip([*net.encoder_layers, *net.decoder_layers], [*post.encoder_layers, *post.decoder_layers]):
+        for fc, fc_post in ((ours.ffn.fc1, theirs.ffn.fc1), (ours.ffn.fc2, theirs.ffn.fc2)):
+            assert not fc.bias.any()
+            bound = (6 / (fc.in_features + fc.out_features)) ** 0.5
+            assert norm in OWN_FFN_WEIGHTS or torch.equal(fc.weight, fc_post.weight)
+            assert float(fc_post.weight.detach().abs().max()) <= bound
 
 
 def test_unknown_norm_is_a_clear_error():

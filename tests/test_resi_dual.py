@@ -2,7 +2,8 @@
 unnormalized one y_{k+1} = y_k + b, b = dropout(F(x_k)), y_0 the embeddings, each stack's output x_N + LN(y_N).
 The constants against the reference's numbers; every layer against the equation from its own sublayers at init
 and after one update, in eval and in training mode (2 encoder and 3 decoder layers); Post-LN's weights for a
-seed; the description; the training loop with a bitwise resume; gradinit."""
+seed but fc1 and fc2, initialized as nn.Linear; the description; the training loop with a bitwise resume;
+gradinit."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from lnrepro.model.variants.resi_dual import ResiDual, ResiDualStream
 from lnrepro.norms import norm_variant
 from lnrepro.train.loss import label_smoothed_nll_loss
 from lnrepro.vocab import PAD
-from variant_models import TINY, VOCAB, gradinit_measures, tiny_model, trains_and_resumes_bitwise
+from variant_models import (VOCAB, assert_linear_default_ffn, gradinit_measures, post_ln_with_linear_default_ffn,
+                            tiny_model, trains_and_resumes_bitwise)
 
 torch.set_num_threads(1)
 
@@ -35,19 +37,27 @@ def model(norm: str = "resi_dual", seed: int = 0, **over) -> Transformer:
 def test_description_and_module():
     v = norm_variant("resi_dual")
     assert (v.label, v.final_norm) == ("ResiDual", False)
-    assert [d.kind for d in v.differences] == ["residual connections", "parameters"]
+    assert [d.kind for d in v.differences] == ["residual connections", "parameters", "initialization"]
     assert RESIDUALS["resi_dual"] is ResiDual and not ResiDual.per_layer and ResiDual.stream is ResiDualStream
 
 
-def test_post_ln_weights_plus_one_stream_layernorm_per_stack():
-    net, post = model(), model("post").state_dict()
+def test_post_ln_weights_with_the_reference_s_ffn_plus_one_stream_layernorm_per_stack():
+    """Post-LN's weights for the seed, each layer's fc1 and fc2 drawn again by nn.Linear (fairseq 0.12.2's
+    build_fc1/build_fc2), and the two stream LayerNorms."""
+    net, reference = model(), post_ln_with_linear_default_ffn().state_dict()
     state = net.state_dict()
-    assert list(state)[: len(post)] == list(post) and all(torch.equal(state[k], v) for k, v in post.items())
-    extra = {k: v for k, v in state.items() if k not in post}
+    assert list(state)[: len(reference)] == list(reference)
+    assert all(torch.equal(state[k], v) for k, v in reference.items())
+    extra = {k: v for k, v in state.items() if k not in reference}
     assert sorted(extra) == sorted(f"{s}_stream.norm.{p}" for s in ("encoder", "decoder") for p in ("weight", "bias"))
     assert all(bool((v == (1.0 if k.endswith("weight") else 0.0)).all()) for k, v in extra.items())
     assert net.encoder_stream.norm.eps == EPS and net.decoder_stream.norm.eps == EPS
     assert net.encoder_norm is None and net.decoder_norm is None
+
+
+def test_ffn_has_nn_linear_s_initialization():
+    assert_linear_default_ffn(model())
+    assert_linear_default_ffn(model(seed=1))
 
 
 def _ln(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:

@@ -17,6 +17,31 @@ def tiny_model(norm: str, seed: int = 0, **over) -> Transformer:
     return Transformer(ModelConfig(vocab_size=VOCAB, norm=norm, **{**TINY, **over}))
 
 
+def assert_linear_default_ffn(model: Transformer, encoder_scale: float = 1.0, decoder_scale: float = 1.0) -> None:
+    """Every layer's fc1 and fc2 as nn.Linear initializes them: biases nonzero within +-1/sqrt(fan_in), weights within
+    the Kaiming-uniform bound 1/sqrt(fan_in) (times the stack's scale where the variant scales them) and past 0.9 of
+    it. fairseq 0.9.0's zero biases fail, and so do its Xavier weights: sqrt(6/(fan_in+fan_out)) is the wider bound
+    for both of the tiny model's FFN shapes."""
+    for scale, layers in ((encoder_scale, model.encoder_layers), (decoder_scale, model.decoder_layers)):
+        for layer in layers:
+            for fc in (layer.ffn.fc1, layer.ffn.fc2):
+                bound = fc.in_features ** -0.5
+                largest, bias = float(fc.weight.detach().abs().max()), fc.bias.detach().abs()
+                assert 0.9 * bound * scale < largest <= bound * scale, (fc, largest, bound * scale)
+                assert bool((bias > 0).all()) and float(bias.max()) <= bound, fc
+
+
+def post_ln_with_linear_default_ffn(seed: int = 0) -> Transformer:
+    """Post-LN's tiny model under ``seed``, then each layer's fc1 and fc2 drawn again by nn.Linear's own
+    initialization, layer by layer, encoder first: the draws a variant with nn.Linear's FFN makes after fairseq's."""
+    model = tiny_model("post", seed)
+    with torch.no_grad():
+        for layer in [*model.encoder_layers, *model.decoder_layers]:
+            layer.ffn.fc1.reset_parameters()
+            layer.ffn.fc2.reset_parameters()
+    return model
+
+
 def one_update(model: Transformer, batch: tuple[torch.Tensor, ...]) -> None:
     """One AdamW update on ``batch`` (src, prev, target) as the training loop makes it, in training mode."""
     from lnrepro.train.loss import label_smoothed_nll_loss

@@ -98,18 +98,24 @@ register_norm(NormVariant("resi_dual", "ResiDual", final_norm=False, differences
                                        "embeddings, each dropped-out branch is added to it too, and each stack "
                                        "outputs x + LN(y) (microsoft/ResiDual; its encoder also zeroes the padded "
                                        "source embeddings first, not done here: only padded positions differ)"),
-    Difference("parameters", "one LayerNorm (eps 1e-7, gain and bias of width d_model) per stack, on y"))))
+    Difference("parameters", "one LayerNorm (eps 1e-7, gain and bias of width d_model) per stack, on y"),
+    Difference("initialization", "fc1 and fc2 as nn.Linear initializes them (Kaiming-uniform weights, a = sqrt(5); "
+                                 "biases uniform in +-1/sqrt(fan_in)), as the reference's fairseq 0.12.2 layers "
+                                 "build them, instead of fairseq 0.9.0's Xavier weights and zero biases"))))
 register_norm(NormVariant("b2t", "B2T", final_norm=False, differences=(
     Difference("residual scaling", "one more residual in each layer, from the layer's input to the input of its "
                                    "last LayerNorm: LN(h + F(h) + x), x the layer's input (B2T connection)"),
-    Difference("initialization", "every weight matrix of a layer (attention q, k, v, out; fc1, fc2) multiplied by "
-                                 "N^-1/2, N its stack's number of layers (encoder and decoder apart); the reference "
-                                 "scales its own fairseq's nn.Linear-initialized fc1 and fc2, here fairseq 0.9.0's "
-                                 "Xavier ones"))))
+    Difference("initialization", "fc1 and fc2 as nn.Linear initializes them (Kaiming-uniform weights, a = sqrt(5); "
+                                 "biases uniform in +-1/sqrt(fan_in)), as the reference builds them, instead of "
+                                 "fairseq 0.9.0's Xavier weights and zero biases; then every weight matrix of a layer "
+                                 "(attention q, k, v, out; fc1, fc2) multiplied by N^-1/2, N its stack's number of "
+                                 "layers (encoder and decoder apart), biases left"))))
 register_norm(NormVariant("sandwich", "Sandwich-LN", final_norm=True, differences=(
     Difference("parameters", "a second LayerNorm per sublayer, on the branch's output: x + LN_out(F(LN_in(x)))"),
-    Difference("residual scaling", "the branch normalized before it is added (dropout after LN_out; no LayerNorm "
-                                   "on the embeddings' output)"))))
+    Difference("residual scaling", "the branch normalized before it is added, then dropped out: "
+                                   "x + dropout(LN_out(F(LN_in(x)))), fairseq's place for dropout (x-transformers' "
+                                   "sandwich_norm has none there; CogView drops out before LN_out, "
+                                   "x + LN_out(dropout(F(LN_in(x))))); no LayerNorm on the embeddings' output"))))
 register_norm(NormVariant("dyt", "DyT", final_norm=True, differences=(
     Difference("layernorms removed", "every LayerNorm of Pre-LN (the sublayers' and each stack's last) replaced by "
                                      "DyT(x) = gamma * tanh(alpha x) + beta"),

@@ -22,10 +22,12 @@ Decisions:
   pre_nofinal). Every variant builds the same embeddings and Linear layers, which fairseq's initialization draws
   in the same order, and its own parameters and initialization hooks come after those draws
   (``lnrepro.model.variants``): for a seed the variants share every embedding and weight matrix except the
-  ones their hooks change (``NormVariant.differences``; post, pre, pre_nofinal, rezero and resi_dual change none,
-  and differ only by their constant-initialized LayerNorms or scalars; deepnorm re-draws every weight matrix of its
-  layers and shares the embeddings and biases; tfixup scales the embeddings and its layers' v, out, fc1 and fc2
-  matrices, drawing nothing). The batches being drawn once per seed, they see the same batches.
+  ones their hooks change (``NormVariant.differences``; post, pre, pre_nofinal and rezero change none, and differ
+  only by their constant-initialized LayerNorms or scalars; deepnorm re-draws every weight matrix of its layers and
+  shares the embeddings and biases; tfixup scales the embeddings and its layers' v, out, fc1 and fc2 matrices,
+  drawing nothing; resi_dual and b2t re-draw their layers' fc1 and fc2, weights and biases, as nn.Linear does, and
+  b2t then scales every weight matrix of its layers). The batches being drawn once per seed, they see the same
+  batches.
 - ReZero: its branches are multiplied by scalars initialized to 0, so every weight matrix inside its layers has an
   exactly zero gradient at initialization (rows of value 0); its scalars' gradients are measured instead (sublayer
   ``residual``, param ``resweight``: ``Residual.gradinit_params``), and the fit marks the exponent b of a series

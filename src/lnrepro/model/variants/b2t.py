@@ -4,20 +4,25 @@ last LayerNorm. In an encoder layer h = LN(x + dropout(Attn(x))), out = LN(h + d
 layer the two attention sublayers are Post-LN's and the FFN's LayerNorm adds x, the input of the layer's first
 sublayer: h1 = LN(x + SelfAttn(x)), h2 = LN(h1 + EncAttn(h1)), out = LN(h2 + FFN(h2) + x).
 
-Reference, read (not copied): takase/b2t_connection ``fairseq/modules/transformer_layer.py`` with
+Reference, read (not copied): takase/b2t_connection ``fairseq/modules/transformer_layer.py`` (commit 4d80167f) with
 ``--residual-bottom-to-top`` (``residual_bottom_to_top``): ``residual_bottom = x`` at the top of
 ``TransformerEncoderLayer.forward`` and ``TransformerDecoderLayer.forward``; after the FFN,
 ``x = residual + dropout(x)`` then ``x = residual_bottom + x`` before ``final_layer_norm`` (the bottom residual is
-not dropped out). Its initialization, ``rescaling_init(self, args.encoder_layers)`` (``args.decoder_layers`` in a
-decoder layer) at the end of each layer's ``__init__``: every parameter of the layer whose name contains "weight"
-and not "layer_norm" is multiplied by ``layer_num ** -0.5``: the attention q, k, v and output projections (the
-decoder's encoder attention too) and fc1, fc2; biases and LayerNorms are left. Here ``init_weights`` applies the
-same rule to the layer's parameters after fairseq 0.9.0's initialization, once per layer (by its first residual
-module), with N the layer's own stack's number of layers.
+not dropped out). Its initialization: ``build_fc1``/``build_fc2`` return ``nn.Linear(input_dim, output_dim)``
+(PyTorch's own initialization, bias included; the file's Xavier ``Linear()`` helper is not used for them), then
+``rescaling_init(self, args.encoder_layers)`` (``args.decoder_layers`` in a decoder layer) at the end of each
+layer's ``__init__`` multiplies every parameter of the layer whose name contains "weight" and not "layer_norm" by
+``layer_num ** -0.5``: the attention q, k, v and output projections (the decoder's encoder attention too) and fc1,
+fc2; biases and LayerNorms are left. Nothing initializes the layers again afterwards (the fork's
+``fairseq/models/transformer.py``, commit c3dedea5: only the embeddings' own ``Embedding()``).
 
-Deviations (``lnrepro.norms``' differences): the reference's fork builds fc1 and fc2 as ``nn.Linear`` (PyTorch's
-default initialization) and scales those; here the scaled weights are fairseq 0.9.0's Xavier ones, as every other
-variant's. The fork's ``--no-layer-norm`` branch (``scale4residual``, ``scale4output``) is another method and is
+Here ``init_weights``, once per layer (by its first residual module), after fairseq 0.9.0's initialization: fc1
+then fc2 drawn again as ``nn.Linear`` draws them (``linear_default_ffn``), then the reference's rule on the layer's
+parameters, N the layer's own stack's number of layers. For a seed every parameter but fc1's and fc2's is
+Post-LN's (the attention projections Post-LN's times N^-1/2): the draws come after fairseq's, layer by layer,
+encoder first.
+
+Deviation: the fork's ``--no-layer-norm`` branch (``scale4residual``, ``scale4output``) is another method and is
 not built.
 
 The layer's input reaches its last sublayer through ``_Bottom``, which the layer's first residual module fills
@@ -32,7 +37,7 @@ import torch.nn as nn
 
 from ...errors import LnReproError
 from ..config import ModelConfig
-from .base import Fn, LayerNormResidual, register_residual
+from .base import Fn, LayerNormResidual, linear_default_ffn, register_residual
 
 
 class _Bottom:
@@ -71,6 +76,7 @@ class B2T(LayerNormResidual):
             self.bottom = residuals[0].bottom
             return
         self.bottom = _Bottom()
+        linear_default_ffn(layer)  # b2t_connection transformer_layer.py: build_fc1/build_fc2 return nn.Linear
         scale = (encoder_layers if stack == "encoder" else decoder_layers) ** -0.5
         with torch.no_grad():
             for name, p in layer.named_parameters():

@@ -115,6 +115,14 @@ class LayerNormResidual(Residual):
         nn.init.zeros_(self.bias)
 
 
+def linear_default_ffn(layer: nn.Module) -> None:
+    """Draw ``layer``'s fc1 then fc2 again as ``nn.Linear`` builds them (its ``reset_parameters``: Kaiming-uniform
+    weights with a = sqrt(5), biases uniform in +-1/sqrt(fan_in)), for the references that build their FFN with
+    ``nn.Linear`` and leave it at that initialization instead of fairseq 0.9.0's Xavier weights and zero biases."""
+    layer.ffn.fc1.reset_parameters()
+    layer.ffn.fc2.reset_parameters()
+
+
 # name -> module class, the torch side of lnrepro.norms.NORMS (same names).
 RESIDUALS: dict[str, type[Residual]] = {}
 

@@ -11,16 +11,23 @@ sublayers' LayerNorms under fairseq's names) and ``resi_dual/resi_dual.py`` (``R
 ``x = x * alpha + self.layer_norm(res)`` after the last layer, that LayerNorm built with ``eps=1e-7``;
 ``ResiDualConfig``: ``enc_alpha``, ``dec_alpha``, ``enc_res_input_norm_scale`` and ``dec_res_input_norm_scale``
 all 1.0 by default, and ``hydra_config/iwslt.yaml`` keeps both scales at 1.0). The model is fairseq's
-``TransformerModelBase`` otherwise: fairseq's initialization (as here, drawn in the same order), no other
-LayerNorm (``normalize_before: true`` in the configs builds none that the forward uses: the layers' forward
-ignores it and the stacks' ``layer_norm`` is ResiDual's own).
+``TransformerModelBase`` otherwise (fairseq 0.12.2, ``environment.yaml``). Its layers subclass fairseq's
+``TransformerEncoderLayerBase``/``TransformerDecoderLayerBase`` (read: facebookresearch/fairseq
+``fairseq/modules/transformer_layer.py``, commit 00b64345, after 0.12.2), whose ``build_fc1``/``build_fc2`` return
+``quant_noise(nn.Linear(...))``: the ``nn.Linear`` itself without quantization noise (``fairseq/modules/
+quant_noise.py``; the configs set none), so fc1 and fc2 keep PyTorch's own initialization, bias included, and
+nothing initializes them again (``fairseq/models/transformer/transformer_base.py``, ``transformer_encoder.py``).
+No other LayerNorm (``normalize_before: true`` in the configs builds none that the forward uses: the layers'
+forward ignores it and the stacks' ``layer_norm`` is ResiDual's own).
 
 Here: the sublayers' modules are ``LayerNormResidual`` (Post-LN's LayerNorm, its gain and bias under fairseq's
 names) and take and return the pair (x, y); each stack's ``ResiDualStream`` (``Residual.stream``) begins the pair
 as (x, x) and ends it as x + LN(y), its LayerNorm ``encoder_stream.norm`` / ``decoder_stream.norm`` with
 eps 1e-7, gain 1 and bias 0. The four scalars are the reference's defaults, 1.0, and not settings: y starts as
-the embeddings themselves and the output adds x_N itself. For a seed, every weight is Post-LN's; the two stream
-LayerNorms are the only parameters Post-LN lacks.
+the embeddings themselves and the output adds x_N itself. Initialization: fairseq 0.9.0's, then each layer's FFN
+module draws its fc1 and fc2 again as ``nn.Linear`` draws them (``linear_default_ffn``), layer by layer, encoder
+first, after every fairseq draw: for a seed, every other weight is Post-LN's, and the two stream LayerNorms are
+the only parameters Post-LN lacks.
 
 Deviation that changes no result: fairseq's newer encoder (which the reference builds on) zeroes the embeddings
 at padded source positions before the first layer; here they are not zeroed. Padded keys are masked and every
@@ -33,7 +40,7 @@ import torch
 import torch.nn as nn
 
 from ..config import ModelConfig
-from .base import Fn, LayerNormResidual, Stream, register_residual
+from .base import Fn, LayerNormResidual, Stream, linear_default_ffn, register_residual
 
 Pair = tuple[torch.Tensor, torch.Tensor]  # (x: the Post-LN stream, y: the unnormalized stream)
 
@@ -66,3 +73,9 @@ class ResiDual(LayerNormResidual):
         x, y = state
         branch = dropout(f(x))
         return self.norm(x + branch), y + branch
+
+    def init_weights(self, layer: nn.Module, stack: str, index: int, encoder_layers: int, decoder_layers: int,
+                     cfg: ModelConfig) -> None:
+        super().init_weights(layer, stack, index, encoder_layers, decoder_layers, cfg)
+        if layer.residuals()[-1] is self:  # the FFN's module, once per layer
+            linear_default_ffn(layer)  # fairseq transformer_layer.py: build_fc1/build_fc2 return nn.Linear
