@@ -2,17 +2,13 @@
 replaced by Dynamic Tanh, DyT(x) = gamma * tanh(alpha x) + beta: the sublayers' x_{l+1} = x_l + dropout(F(DyT(x_l)))
 and the one after each stack.
 
-Reference: jiachenzhu/DyT ``dynamic_tanh.py``. The version of that file the search index holds (commit 030dc895)
-is a stub, ``DynamicTanh.forward`` returning ``torch.tanh(x)`` with no parameter, and ``convert_ln_to_dyt``
-replacing every ``nn.LayerNorm`` of a model; the ``DynamicTanh`` copied from it into other repositories (read:
-khenm/dyt-cuda ``src/torch.py``, "Copyright (c) Meta Platforms", and suhan1433/Transformers-without-Normalization
-``model/dyt.py``) holds ``alpha = nn.Parameter(torch.ones(1) * alpha_init_value)`` with ``alpha_init_value=0.5``,
-``weight`` ones and ``bias`` zeros of the normalized width, and computes ``tanh(alpha * x) * weight + bias``
-(channels last). Built here as those copies: alpha a learned scalar of shape (1,) per DyT, initialized to 0.5,
-the reference's ``alpha_init_value`` default. x-transformers' DyT, said to default to 1.0, is not in the
-version of ``x_transformers/x_transformers.py`` the index holds (commit 003275c6) and is not followed: each
-variant here follows its own method's reference. ``convert_ln_to_dyt`` replaces every LayerNorm, so the two final
-LayerNorms of Pre-LN are DyTs too (``final_norm``).
+Reference: the paper's Algorithm 1 (``DyT(C, init_alpha)``: alpha a learned scalar, gamma ones and beta zeros of
+width C) and its code, github.com/jiachenzhu/DyT ``dynamic_tanh.py`` (``DynamicTanh``: ``alpha =
+nn.Parameter(torch.ones(1) * alpha_init_value)`` with ``alpha_init_value=0.5``, ``weight`` ones, ``bias`` zeros,
+``tanh(alpha * x) * weight + bias`` channels last; ``convert_ln_to_dyt`` replaces every ``nn.LayerNorm`` of a
+model). Built here as there: alpha of shape (1,) per DyT, initialized to 0.5; every LayerNorm replaced, so the
+two final LayerNorms of Pre-LN are DyTs too (``final_norm``). Other libraries' DyT defaults (x-transformers') are
+not followed: each variant here follows its own method's reference.
 
 A sublayer's DyT is held under fairseq's LayerNorm name (``self_attn_layer_norm.alpha``/``weight``/``bias``), the
 stacks' under ``encoder_norm``/``decoder_norm``; every other weight is Pre-LN's for a seed (nothing is drawn).

@@ -3,7 +3,7 @@ stream beside an unnormalized one. Each sublayer's dropped-out branch b = dropou
 x_k goes into both, x_{k+1} = LN(x_k + b) and y_{k+1} = y_k + b, both streams starting from the embeddings
 (after their dropout); the stack's output is x_N + LN(y_N).
 
-Reference, read (not copied): microsoft/ResiDual (commit 4fd4dc53), ``resi_dual/resi_dual_layers.py``
+Reference, read (not copied): github.com/microsoft/ResiDual, ``resi_dual/resi_dual_layers.py``
 (``ResiDualEncoderLayer``/``ResiDualDecoderLayer``: ``x = dropout(F(x)); res = res + x *
 res_input_norm_scale; x = layer_norm(x + xr)`` for self-attention, encoder attention and FFN, the
 sublayers' LayerNorms under fairseq's names) and ``resi_dual/resi_dual.py`` (``ResiDualEncoder``/
