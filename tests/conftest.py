@@ -118,9 +118,23 @@ def copy_repo(dest: Path, stores: bool = False) -> Path:
     return dest
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the snakemake command line in ``workdir`` (the same Python's, so the installed package is used)."""
-    cmd = [sys.executable, "-m", "snakemake", *args]
+# Snakemake's text output does not mark a warning as one: with ``tag_warnings`` each record it logs at WARNING
+# level is written to stderr once more, its first line behind WARNING_TAG, by a handler on the root logger
+# (Snakemake's own logger keeps its handlers and propagates to the root).
+WARNING_TAG = "snakemake warning: "
+_TAGGING_MAIN = f"""import logging, sys
+handler = logging.StreamHandler(sys.stderr)
+handler.addFilter(lambda record: record.levelno == logging.WARNING)
+handler.setFormatter(logging.Formatter({WARNING_TAG!r} + "%(message)s"))
+logging.getLogger().addHandler(handler)
+from snakemake.cli import main
+main()"""
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, tag_warnings: bool = False) -> subprocess.CompletedProcess:
+    """Run the snakemake command line in ``workdir`` (the same Python's, so the installed package is used);
+    ``tag_warnings``: Snakemake's warnings marked in stderr (WARNING_TAG)."""
+    cmd = [sys.executable, *(["-c", _TAGGING_MAIN] if tag_warnings else ["-m", "snakemake"]), *args]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-10000:]}")

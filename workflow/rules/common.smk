@@ -69,6 +69,7 @@ rule write_slice:
 if LARGE_SLICES:
 
     rule write_large_slice:
+        localrule: True  # here, not in lnrepro.stages.LOCAL_RULES: a workflow without a large slice has no such rule
         output:
             P.root + "/{slice}.json",
         wildcard_constraints:

@@ -3,7 +3,7 @@ the residual scaled by a learned vector, x_{l+1} = LN(omega * x_l + dropout(F(x_
 sublayer, set by profiling the model on a training batch before training.
 
 Reference, read (not copied): Transformer-Clinic (github.com/LiyuanLucasLiu/Transformer-Clinic),
-``fairseq/fairseq/modules/transformer_layer.py`` (commits 287abc5a and e6bd2e75 read; their Admin code is the same):
+``fairseq/fairseq/modules/transformer_layer.py``:
 ``TransformerEncoderLayer`` / ``TransformerDecoderLayer`` with ``--init-type adaptive-profiling`` (the profile)
 and ``adaptive`` (training from it); the parameters ``attention_ratio_change`` and ``fc_ratio_change``
 (encoder), ``self_ratio_change``, ``encoder_ratio_change`` and ``fc_ratio_change`` (decoder) are this module's

@@ -4,7 +4,7 @@ last LayerNorm. In an encoder layer h = LN(x + dropout(Attn(x))), out = LN(h + d
 layer the two attention sublayers are Post-LN's and the FFN's LayerNorm adds x, the input of the layer's first
 sublayer: h1 = LN(x + SelfAttn(x)), h2 = LN(h1 + EncAttn(h1)), out = LN(h2 + FFN(h2) + x).
 
-Reference, read (not copied): takase/b2t_connection ``fairseq/modules/transformer_layer.py`` (commit 4d80167f) with
+Reference, read (not copied): takase/b2t_connection ``fairseq/modules/transformer_layer.py`` with
 ``--residual-bottom-to-top`` (``residual_bottom_to_top``): ``residual_bottom = x`` at the top of
 ``TransformerEncoderLayer.forward`` and ``TransformerDecoderLayer.forward``; after the FFN,
 ``x = residual + dropout(x)`` then ``x = residual_bottom + x`` before ``final_layer_norm`` (the bottom residual is
@@ -14,7 +14,7 @@ not dropped out). Its initialization: ``build_fc1``/``build_fc2`` return ``nn.Li
 layer's ``__init__`` multiplies every parameter of the layer whose name contains "weight" and not "layer_norm" by
 ``layer_num ** -0.5``: the attention q, k, v and output projections (the decoder's encoder attention too) and fc1,
 fc2; biases and LayerNorms are left. Nothing initializes the layers again afterwards (the fork's
-``fairseq/models/transformer.py``, commit c3dedea5: only the embeddings' own ``Embedding()``).
+``fairseq/models/transformer.py``: only the embeddings' own ``Embedding()``).
 
 Here ``init_weights``, once per layer (by its first residual module), after fairseq 0.9.0's initialization: fc1
 then fc2 drawn again as ``nn.Linear`` draws them (``linear_default_ffn``), then the reference's rule on the layer's

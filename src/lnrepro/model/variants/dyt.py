@@ -2,16 +2,13 @@
 replaced by Dynamic Tanh, DyT(x) = gamma * tanh(alpha x) + beta: the sublayers' x_{l+1} = x_l + dropout(F(DyT(x_l)))
 and the one after each stack.
 
-Reference: the paper (its abstract: the element-wise DyT(x) = tanh(alpha x), alpha learnable, a drop-in replacement
-for the normalization layers of a Transformer) and its code, jiachenzhu/DyT ``dynamic_tanh.py``, which keeps the
-LayerNorm's per-channel affine: ``DynamicTanh`` with ``alpha = nn.Parameter(torch.ones(1) * alpha_init_value)``,
-``alpha_init_value=0.5``, ``weight`` ones and ``bias`` zeros of the normalized width, computing
-``tanh(alpha * x) * weight + bias`` (channels last), and ``convert_ln_to_dyt`` replacing every ``nn.LayerNorm`` of
-a model. (That ``DynamicTanh`` read as Meta's file copied into khenm/dyt-cuda ``src/torch.py``; the repository's
-``dynamic_tanh.py`` at commit 030dc895 is a stub without parameters.) Built here as the reference: alpha a learned
-scalar of shape (1,) per DyT, initialized to 0.5, the ``alpha_init_value`` default. x-transformers' own DyT is not
-followed: each variant here follows its own method's reference. ``convert_ln_to_dyt`` replaces every LayerNorm, so
-the two final LayerNorms of Pre-LN are DyTs too (``final_norm``).
+Reference: the paper's Algorithm 1 (``DyT(C, init_alpha)``: alpha a learned scalar, gamma ones and beta zeros of
+width C) and its code, github.com/jiachenzhu/DyT ``dynamic_tanh.py`` (``DynamicTanh``: ``alpha =
+nn.Parameter(torch.ones(1) * alpha_init_value)`` with ``alpha_init_value=0.5``, ``weight`` ones, ``bias`` zeros,
+``tanh(alpha * x) * weight + bias`` channels last; ``convert_ln_to_dyt`` replaces every ``nn.LayerNorm`` of a
+model). Built here as there: alpha of shape (1,) per DyT, initialized to 0.5; every LayerNorm replaced, so the
+two final LayerNorms of Pre-LN are DyTs too (``final_norm``). Other libraries' DyT defaults (x-transformers') are
+not followed: each variant here follows its own method's reference.
 
 A sublayer's DyT is held under fairseq's LayerNorm name (``self_attn_layer_norm.alpha``/``weight``/``bias``), the
 stacks' under ``encoder_norm``/``decoder_norm``; every other weight is Pre-LN's for a seed (nothing is drawn).

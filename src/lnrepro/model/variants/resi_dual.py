@@ -3,7 +3,7 @@ stream beside an unnormalized one. Each sublayer's dropped-out branch b = dropou
 x_k goes into both, x_{k+1} = LN(x_k + b) and y_{k+1} = y_k + b, both streams starting from the embeddings
 (after their dropout); the stack's output is x_N + LN(y_N).
 
-Reference, read (not copied): microsoft/ResiDual (commit 4fd4dc53), ``resi_dual/resi_dual_layers.py``
+Reference, read (not copied): github.com/microsoft/ResiDual, ``resi_dual/resi_dual_layers.py``
 (``ResiDualEncoderLayer``/``ResiDualDecoderLayer``: ``x = dropout(F(x)); res = res + x *
 res_input_norm_scale; x = layer_norm(x + xr)`` for self-attention, encoder attention and FFN, the
 sublayers' LayerNorms under fairseq's names) and ``resi_dual/resi_dual.py`` (``ResiDualEncoder``/
@@ -13,7 +13,7 @@ sublayers' LayerNorms under fairseq's names) and ``resi_dual/resi_dual.py`` (``R
 all 1.0 by default, and ``hydra_config/iwslt.yaml`` keeps both scales at 1.0). The model is fairseq's
 ``TransformerModelBase`` otherwise (fairseq 0.12.2, ``environment.yaml``). Its layers subclass fairseq's
 ``TransformerEncoderLayerBase``/``TransformerDecoderLayerBase`` (read: facebookresearch/fairseq
-``fairseq/modules/transformer_layer.py``, commit 00b64345, after 0.12.2), whose ``build_fc1``/``build_fc2`` return
+``fairseq/modules/transformer_layer.py``, later than 0.12.2), whose ``build_fc1``/``build_fc2`` return
 ``quant_noise(nn.Linear(...))``: the ``nn.Linear`` itself without quantization noise (``fairseq/modules/
 quant_noise.py``; the configs set none), so fc1 and fc2 keep PyTorch's own initialization, bias included, and
 nothing initializes them again (``fairseq/models/transformer/transformer_base.py``, ``transformer_encoder.py``).

@@ -2,7 +2,7 @@
 with a second LayerNorm on each branch's output, x_{l+1} = x_l + dropout(LN_out(F(LN_in(x_l)))), and Pre-LN's final
 LayerNorm after each stack.
 
-References, read (not copied): lucidrains/x-transformers ``x_transformers/x_transformers.py`` (commit 003275c6),
+References, read (not copied): lucidrains/x-transformers ``x_transformers/x_transformers.py``,
 ``AttentionLayers(..., sandwich_norm=True)``: each layer gets ``pre_branch_norm`` (as ``pre_norm``) and
 ``post_branch_norm`` (``norm_fn() if sandwich_norm``), sandwich_norm is refused without ``pre_norm``, and
 ``final_norm`` is kept for ``pre_norm``; ``AttentionLayers`` does not normalize the embeddings' output. The
@@ -10,7 +10,7 @@ Peri-LN paper's text read (its abstract, arXiv 2502.02732v3) defines the placeme
 "peripherally around sublayers"; whether Peri-LN also normalizes the embeddings' output was not in what could be
 read, so this module builds x-transformers' ``sandwich_norm``: no LayerNorm on the embeddings, one LN_in and one
 LN_out per sublayer, the final LayerNorm of Pre-LN. CogView's own code (THUDM/CogView ``mpu/sparse_transformer.py``,
-commit 169a0234, ``GPT2ParallelTransformerLayer`` with ``scale_normalization``: ``third_layernorm`` and
+``GPT2ParallelTransformerLayer`` with ``scale_normalization``: ``third_layernorm`` and
 ``fourth_layernorm`` on the attention's and the MLP's outputs, ``final_layernorm`` after the last layer) has the
 same LayerNorms.
 

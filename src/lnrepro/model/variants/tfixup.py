@@ -1,7 +1,7 @@
 """T-Fixup (Huang et al. 2020, "Improving Transformer Optimization Through Better Initialization", ICML): no
 LayerNorm at all, x_{l+1} = x_l + dropout(F(x_l)), trained without warm-up from a depth-scaled initialization.
 
-Reference, read (not copied): layer6ai-labs/T-Fixup (commit cce506a5), ``fairseq/modules/transformer_layer.py``
+Reference, read (not copied): github.com/layer6ai-labs/T-Fixup, ``fairseq/modules/transformer_layer.py``
 (``fixup_initialization`` of ``TransformerEncoderLayer`` and ``TransformerDecoderLayer``; the forward with
 ``--dont-use-layernorm``: ``residual + dropout(F(x))``, no LayerNorm before or after) and
 ``fairseq/models/transformer.py`` (``TransformerEncoder``/``TransformerDecoder`` with ``--Tfixup``: the token
