@@ -133,12 +133,25 @@ main()"""
 
 def snakemake(workdir: Path, *args: str, check: bool = True, tag_warnings: bool = False) -> subprocess.CompletedProcess:
     """Run the snakemake command line in ``workdir`` (the same Python's, so the installed package is used);
-    ``tag_warnings``: Snakemake's warnings marked in stderr (WARNING_TAG)."""
+    ``tag_warnings``: Snakemake's warnings marked in stderr (WARNING_TAG). Never in the checkout itself: its
+    ``results/`` is the user's (the README's demo runs there first), and a plan made there counts the jobs that
+    user's results still need (``plan`` dry-runs from an empty folder)."""
+    if Path(workdir).resolve() == REPO:
+        raise AssertionError(f"snakemake in the checkout {REPO} would read the user's results/: use plan(), "
+                             "copy_repo() or -s Snakefile from a temporary folder")
     cmd = [sys.executable, *(["-c", _TAGGING_MAIN] if tag_warnings else ["-m", "snakemake"]), *args]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-5000:]}\n{proc.stderr[-10000:]}")
     return proc
+
+
+def plan(workdir: Path, *args: str, configfiles: tuple[str | Path, ...] = ()) -> subprocess.CompletedProcess:
+    """A dry run (``-n``) of the checkout's Snakefile from the empty folder ``workdir``, so that no ``results/``
+    of the checkout's (a user's finished demo) changes what it plans; ``configfiles`` relative to the checkout."""
+    layers = [str(REPO / f) for f in configfiles]
+    return snakemake(workdir, "-s", str(REPO / "Snakefile"), "-n", *args,
+                     *(["--configfile", *layers] if layers else []))
 
 
 @dataclass

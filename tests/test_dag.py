@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from conftest import DEMO, REPO, DemoRun, snakemake
+from conftest import DEMO, REPO, DemoRun, plan, snakemake
 from lnrepro.analysis import FIGURES
 from lnrepro import config as cfg
 from lnrepro.config import Experiment
@@ -99,8 +99,8 @@ def test_named_target_builds_only_that_far(tmp_path: Path) -> None:
     assert "apply_bpe" in out and "train_run" not in out and "score_checkpoint" not in out
 
 
-def test_paper_dag_lists_every_job() -> None:
-    proc = snakemake(REPO, "-n", "--quiet", "rules")
+def test_paper_dag_lists_every_job(tmp_path: Path) -> None:
+    proc = plan(tmp_path, "--quiet", "rules")
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout + proc.stderr, flags=re.M))
     assert counts["fetch_archive"] == "1" and counts["prepare_corpus"] == "1"
     assert counts["train_run"] == "24"  # 8 runs x 3 seeds
@@ -121,7 +121,7 @@ def test_per_split_dag_lists_exactly_the_scorings(tmp_path: Path) -> None:
     and the hypotheses of exactly the splits due there, each group reading its own slice."""
     layer = tmp_path / "per_split.yaml"
     layer.write_text("defaults: {eval: {splits: {test: {beam: 5, epochs: [2, last]}}}}\n")
-    proc = snakemake(REPO, "-n", "--configfile", "presets/demo.yaml", str(layer))
+    proc = plan(tmp_path, configfiles=("presets/demo.yaml", layer))
     jobs = _jobs(proc.stdout + proc.stderr)
     x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml", layer]))
     trainings = sum(len(x.seeds_of(run)) for run in x.select)
@@ -164,7 +164,7 @@ def test_runs_of_two_lengths_each_declare_their_own_epochs(tmp_path: Path) -> No
     layer = tmp_path / "longer_pair.yaml"
     layer.write_text("runs: {postln_warmup_isqrt: {train: {epochs: 5}}, preln_nowarmup_step8: {train: {epochs: 5}}}\n"
                      "defaults: {eval: {splits: {test: {epochs: last}}}}\n")
-    proc = snakemake(REPO, "-n", "--configfile", "presets/demo.yaml", str(layer))
+    proc = plan(tmp_path, configfiles=("presets/demo.yaml", layer))
     jobs = _jobs(proc.stdout + proc.stderr)
     x = cfg.experiment(cfg.load_config([REPO / "config.yaml", REPO / "presets" / "demo.yaml", layer]))
     assert x.lengths == (3, 5) and {"postln_warmup_isqrt", "preln_nowarmup_step8"} <= set(x.runs_of_length(5))

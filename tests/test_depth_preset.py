@@ -5,10 +5,11 @@ a second, smaller lr_max; runs of different depths in one experiment; the valid-
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO, snakemake
+from conftest import REPO, plan
 from lnrepro import config as cfg
 from lnrepro.errors import LnReproError
 from lnrepro.config.settings import GRADINIT_NORMS as NORMS  # the six variants the preset trains
@@ -100,8 +101,8 @@ def test_a_floor_needs_valid_wherever_another_split_is_scored(loaded: dict) -> N
         cfg.validate_config(cfg.deep_merge(loaded, {"defaults": {"eval": {"valid_bleu_floor": -1}}}))
 
 
-def test_the_dry_run_lists_every_training_of_both_depths() -> None:
-    proc = snakemake(REPO, "-n", "--configfile", str(PRESET))
+def test_the_dry_run_lists_every_training_of_both_depths(tmp_path: Path) -> None:
+    proc = plan(tmp_path, configfiles=(PRESET,))
     out = proc.stdout + proc.stderr
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
     # at 2e-3: 3 variants x 2 depths x 2 warm-up settings x 5 seeds + 3 x 2 x 2 x 3; at 1e-3: 2 x 2 x 2 x 5

@@ -38,6 +38,17 @@ def test_a_negative_download_size_is_one_usage_error() -> None:
     assert proc.returncode == 2 and "argument --size: expected at least 0, got -1" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("value, expected", [("0", "expected a finite number above 0, got '0'"),
+                                             ("-5", "expected a finite number above 0, got '-5'"),
+                                             ("nan", "expected a finite number above 0, got 'nan'"),
+                                             ("inf", "expected a finite number above 0, got 'inf'"),
+                                             ("soon", "expected a number, got 'soon'")])
+def test_a_part_time_that_is_not_a_positive_number_is_one_usage_error(value: str, expected: str) -> None:
+    proc = lnrepro("publish", "--status", "published/demo", "--minutes", value)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"error: argument --minutes: {expected}" in proc.stderr.splitlines()[-1], proc.stderr
+
+
 @pytest.mark.parametrize("command, again", [
     (["train", *COMMANDS["train"]], "training resumes from its last saved state"),
     (["prepare", *COMMANDS["prepare"]], "it writes what is missing"),

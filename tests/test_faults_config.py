@@ -28,6 +28,13 @@ FAULTS = {
     "unknown key": ({"defaults": {"model": {"nrom": "pre"}}}, r"unknown key defaults\.model\.nrom \(allowed: "),
     "wrong type": ({"defaults": {"train": {"epochs": "three"}}},
                    r"key defaults\.train\.epochs: 'three' is not of type 'integer'"),
+    "epochs as a float": ({"defaults": {"train": {"epochs": 3.0}}},
+                          r"key defaults\.train\.epochs: 3\.0 is not of type 'integer'"),
+    "seeds as floats": ({"seeds": [1.0, 2.0]}, r"key seeds\.0: 1\.0 is not of type 'integer'"),
+    "a boolean for an integer": ({"defaults": {"model": {"d_model": True}}},
+                                 r"key defaults\.model\.d_model: True is not of type 'integer'"),
+    "runs as a list": ({"runs": ["postln_warmup_isqrt"]}, r"key runs: \['postln_warmup_isqrt'\] is not of type 'object'"),
+    "grids as a list": ({"grids": ["tune_postln"]}, r"key grids: \['tune_postln'\] is not of type 'object'"),
     "unknown run in select": ({"select": ["postln_warmup_isqrt", "postln_typo"]},
                               r"select names 'postln_typo', which is neither a run"),
     "unknown run in a comparison": ({"comparisons": {"figure4": {"runs": ["postln_warmup_isqrt", "preln_typo"]}}},
@@ -170,7 +177,8 @@ def test_only_a_given_after_warmup_run_must_exist() -> None:
 
 @pytest.mark.parametrize("fault", ["decay epoch beyond the last epoch", "unknown key", "budget epoch at the last epoch",
                                    "a learning rate that is not a number", "20000 epochs",
-                                   "a run name of 300 characters"])
+                                   "a run name of 300 characters", "epochs as a float", "seeds as floats",
+                                   "runs as a list"])
 def test_snakemake_reports_a_config_fault_in_one_line(tmp_path: Path, fault: str) -> None:
     layer, expected = _fault_layer(fault), FAULTS[fault][1]
     proc = _snakemake(tmp_path, "-n", "--configfile", str(DEMO), str(_layer(tmp_path, layer)))

@@ -277,3 +277,33 @@ def test_a_move_to_previous_cut_short_by_a_kill_is_finished_by_the_next_trainer(
     assert snapshot(run / "state" / "previous") == state_a and not moving.exists()
     assert "already trained with these inputs" in trained(run, cfg, bpe)
     assert outputs(run) == first and len(attempts(run)) == 1
+
+
+# ---- another run's config.json --------------------------------------------------------------------------------
+
+
+def test_another_runs_config_is_refused_for_this_run_folder(bpe, tmp_path):
+    """``--config`` of one run with ``--run-dir`` of another: refused before the folder is touched, whether the
+    folder holds its own config.json or only its name says which run and seed it is."""
+    runs = tmp_path / "results" / "x" / "runs"
+    mine, other = runs / "preln_warmup_isqrt" / "seed3", runs / "postln_warmup_isqrt" / "seed3"
+    mine.mkdir(parents=True)
+    other.mkdir(parents=True)
+    write_config(mine / "config.json")
+    theirs = config_with(other / "config.json", optim={"lr_max": 1e-3})
+    before = snapshot(mine)
+    proc = train(mine, theirs, bpe)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"lnrepro train: error: {theirs}: not the config.json of --run-dir {mine} ({mine / 'config.json'} differs): "
+        "a run trains in its own folder from its own config.json; nothing was trained or changed"]
+    assert snapshot(mine) == before and not (mine / "state").exists()
+    (mine / "config.json").unlink()  # no config.json of its own: the folder's name says which run it is
+    settings = json.loads(theirs.read_text())
+    settings["run"] = "postln_warmup_isqrt"
+    theirs.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+    proc = train(mine, theirs, bpe)
+    assert proc.returncode == 1 and proc.stderr.splitlines() == [
+        f"lnrepro train: error: {theirs}: the config of run postln_warmup_isqrt seed3, but --run-dir {mine} is the "
+        "folder of run preln_warmup_isqrt seed3; nothing was trained or changed"]
+    assert not (mine / "state").exists()

@@ -80,3 +80,46 @@ def test_an_experiment_folder_that_does_not_exist_is_an_error(tmp_path: Path) ->
                                         f"results/{exp.name}, where the workflow writes this experiment: check the "
                                         "path, or run snakemake first)"]
     assert not missing.exists()
+
+
+def _report_cli(exp_dir: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lnrepro", "report", "--experiment", str(exp_dir / "experiment.json"),
+                           "--exp-dir", str(exp_dir), "--out", str(out)], capture_output=True, text=True)
+
+
+def test_report_out_never_replaces_a_folder_that_is_not_a_report(tmp_path: Path) -> None:
+    """--out at the results tree itself, or at a folder of the user's, is refused before anything is written; an
+    empty folder and an earlier report are written."""
+    exp_dir, _ = make_tree(tmp_path)
+    before = _files(exp_dir)
+    proc = _report_cli(exp_dir, exp_dir)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"lnrepro report: error: {exp_dir}: not a report folder (it holds experiment.json, runs), and this command "
+        "replaces its folder whole; name a new or empty folder, or a report folder"]
+    assert _files(exp_dir) == before
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    assert _report_cli(exp_dir, mine).returncode == 1 and (mine / "notes.txt").read_text() == "mine\n"
+    (tmp_path / "a_file").write_text("x\n")
+    proc = _report_cli(exp_dir, tmp_path / "a_file")
+    assert proc.returncode == 1 and "exists and is not a folder" in proc.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _report_cli(exp_dir, empty).returncode == 0 and (empty / "index.html").exists()
+    assert _report_cli(exp_dir, empty).returncode == 0  # its own report again
+
+
+def test_a_record_after_the_finished_record_stops_the_report(tmp_path: Path) -> None:
+    """A step appended to a finished training's log would move the report's curves: the report refuses it, naming
+    the line."""
+    exp_dir, _ = make_tree(tmp_path)
+    log = exp_dir / "runs" / "postln_warmup_isqrt" / "seed1" / "train.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join([*lines, '{"kind": "step", "update": 3, "epoch": 1, "loss": 0.5, "attempt": 2}']) + "\n")
+    proc = _report_cli(exp_dir, tmp_path / "report")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert (f"{log}:{len(lines) + 1}: a record after the finished record (line {len(lines)}), which training writes "
+            "last: the log was changed after training wrote it") in proc.stderr
+    assert not (tmp_path / "report").exists()

@@ -148,6 +148,30 @@ def test_disk_full_names_the_file_and_a_rerun_resumes(reference, bpe, tmp_path, 
     assert json.loads((run / "summary.json").read_text())["attempts"] == 2
 
 
+def test_a_file_size_limit_names_the_file_and_a_rerun_resumes(reference, bpe, tmp_path):
+    """``lnrepro train`` under a file-size limit (ulimit -f) below one weights file: torch.save fails with EFBIG
+    inside its own RuntimeError; the command says which file and why in one line, and a rerun resumes."""
+    import resource
+
+    run, cfg = tmp_path / "run", write_config(tmp_path / "config.json")
+    limit = (reference / "state" / "epochs" / "epoch001.pt").stat().st_size // 2
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "PYTHONPATH": f"{SRC_DIR}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-m", "lnrepro", "train", "--config", str(cfg), "--bpe", str(bpe),
+                           "--run-dir", str(run), "--threads", "1"], env=env, capture_output=True, text=True,
+                          preexec_fn=limited)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("lnrepro train: error: ")]
+    assert len(errors) == 1 and f"{run / 'state'}" in errors[0], proc.stderr[-3000:]
+    assert ".pt: file too large for this process's file-size limit (EFBIG: ulimit -f)" in errors[0], errors
+    no_leftovers(run)
+    train_run(run, cfg, bpe, threads=1)  # the limit lifted
+    assert_same_result(run, reference)
+
+
 def test_real_full_tmpfs_names_the_file_and_a_rerun_resumes(reference, bpe, tmp_path):
     """A real full file system: a tmpfs with room for two training states and 1.5 epoch weights files."""
     if os.geteuid() != 0:

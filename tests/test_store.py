@@ -285,7 +285,7 @@ def test_a_publish_failing_between_units_leaves_the_store_as_it_was(parts: dict[
     rc, out = _publish(parts["one"], store_dir, results=results, capsys=capsys)
     assert rc == 1 and "no space left" in out and calls
     assert _snapshot(store_dir) == before
-    assert sorted(p.name for p in store_dir.parent.iterdir()) == ["demo"]
+    assert sorted(p.name for p in store_dir.parent.iterdir()) == [".demo.lock", "demo"]  # the lock stays
     monkeypatch.setattr(store, "_add_unit", add)
     rc, out = _publish(parts["one"], store_dir, results=results, capsys=capsys)
     assert rc == 0 and "added 2, kept 0" in out
@@ -364,3 +364,186 @@ def test_refuses_a_gradient_after_warmup_of_another_seed(parts: dict[str, Path],
     out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
     assert "postln_warmup_isqrt seed 2's records do not belong to the study" in out
     assert f"{table}: not the table its settings give" in out
+
+
+# ---- the store as a database: one writer at a time, every read checked against its index, recovery ------------
+
+
+def _lnrepro(cwd: Path, *args: str) -> "subprocess.CompletedProcess":
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "lnrepro", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_two_publishes_at_once_keep_every_unit(parts: dict[str, Path], tmp_path: Path) -> None:
+    """Part one and part two published into one new store at the same moment, ten times: the second waits for the
+    first's lock (and says so) and adds its units to the store the first made; every trial ends with all 4."""
+    import subprocess
+    import sys
+
+    one, two = _results_copy(parts["one"], tmp_path, "one"), _results_copy(parts["two"], tmp_path, "two")
+    counts, waited = [], 0
+    for trial in range(10):
+        store_dir = tmp_path / f"trial{trial}" / "demo"
+        procs = [subprocess.Popen([sys.executable, "-m", "lnrepro", "publish", str(results), str(store_dir),
+                                   "--configfile", *LAYERS], cwd=parts["one"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for results in (one, two)]
+        outs = [proc.communicate() for proc in procs]
+        assert [proc.returncode for proc in procs] == [0, 0], outs
+        waited += sum("waiting until it ends" in err for _, err in outs)
+        counts.append(len(json.loads((store_dir / "store.json").read_text())["units"]))
+    print(f"\nunits after each of ten pairs of concurrent publishes: {counts}; a publish waited {waited} times")
+    assert counts == [4] * 10
+
+
+DAMAGE = {
+    "an edited score file": lambda d: _edit_json(d / "runs/preln_nowarmup_step8/seed2/eval/epoch001.json"),
+    "a cut hypothesis file": lambda d: _cut(d / "runs/preln_nowarmup_step8/seed2/eval/epoch002.test.hyp.gz"),
+    "a deleted unit folder": lambda d: shutil.rmtree(d / "runs/preln_nowarmup_step8/seed2"),
+    "a zeroed digest in store.json": lambda d: _zero_digest(d / "store.json"),
+}
+
+
+def _edit_json(path: Path) -> None:
+    record = json.loads(path.read_text())
+    record["splits"]["valid"]["bleu_tok"] += 10.0
+    path.write_text(json_text(record))
+
+
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+
+
+def _zero_digest(index: Path) -> None:
+    data = json.loads(index.read_text())
+    data["units"]["preln_nowarmup_step8/seed2"]["files"]["summary.json"] = "0" * 64
+    index.write_text(json_text(data))
+
+
+@pytest.mark.parametrize("fault", DAMAGE)
+def test_a_damaged_store_is_named_by_every_read_and_repaired_by_its_part(parts: dict[str, Path], tmp_path: Path,
+                                                                        fault: str) -> None:
+    """A store changed behind its index: report --store and publish --status refuse, naming what differs and the
+    command that repairs it; publishing the part that holds the unit again repairs it (not "kept")."""
+    store_dir = Path(shutil.copytree(parts["store"], tmp_path / "published" / "demo",
+                                     ignore=shutil.ignore_patterns("report")))
+    DAMAGE[fault](store_dir)
+    for command in (["report", "--store", str(store_dir)], ["publish", "--status", str(store_dir)]):
+        proc = _lnrepro(parts["two"], *command)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        line = proc.stderr.strip()
+        assert "\n" not in line and f"{store_dir}: stored files differ from its index store.json: " in line
+        assert ("runs/preln_nowarmup_step8/seed2/" in line and "the part that holds preln_nowarmup_step8/seed2"
+                in line and f"lnrepro publish results/demo {store_dir}" in line), line
+    assert not (store_dir / "report").exists()
+    proc = _lnrepro(parts["two"], "publish", P.root, str(store_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "added 0, kept 1 (already stored, same identity), left out 0, repaired " in proc.stdout, proc.stdout
+    assert "kept preln_nowarmup_step8 seed 2" not in proc.stdout
+    assert store.damage(store_dir, store.Index.read(store_dir)) == {}
+    assert _snapshot(store_dir) == {k: v for k, v in _snapshot(parts["store"]).items() if not k.startswith("report")}
+
+
+def test_damage_a_part_cannot_repair_is_named_after_publishing(parts: dict[str, Path], tmp_path: Path,
+                                                               capsys) -> None:
+    """Part one cannot repair a unit of part two: it publishes and ends with exit 1, naming what still differs."""
+    store_dir = Path(shutil.copytree(parts["store"], tmp_path / "published" / "demo",
+                                     ignore=shutil.ignore_patterns("report")))
+    DAMAGE["an edited score file"](store_dir)
+    rc, out = _publish(parts["one"], store_dir, results=_results_copy(parts["one"], tmp_path), capsys=capsys)
+    assert rc == 1 and "kept postln_warmup_isqrt seed 1" in out
+    assert (f"lnrepro publish: error: {store_dir}: stored files differ from its index store.json: "
+            "runs/preln_nowarmup_step8/seed2/eval/epoch001.json (sha256 ") in out, out
+
+
+def test_a_publish_killed_while_replacing_the_store_is_recovered_by_the_next_command(parts: dict[str, Path],
+                                                                                      tmp_path: Path) -> None:
+    """A SIGKILL between io.atomic_directory's two renames leaves the store renamed aside (``.demo.XXXXXXXX.old``)
+    and the new one staged (``.tmp``), and no store: the next command (here --status) takes the lock, puts the
+    store back as it was and removes the staging; one killed after both renames leaves only the ``.old``, which
+    the next command removes."""
+    store_dir = _store_copy(parts, tmp_path)
+    before = _snapshot(store_dir)
+    old, staged = store_dir.parent / ".demo.k1ll3d_a.old", store_dir.parent / ".demo.k1ll3d_a.tmp"
+    shutil.copytree(store_dir, staged)
+    store_dir.rename(old)
+    proc = _lnrepro(parts["one"], "publish", "--status", str(store_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == (f"lnrepro publish: {store_dir}: restored as it was before a publish that was killed while "
+                           "it replaced the store\n")
+    assert _snapshot(store_dir) == before and sorted(p.name for p in store_dir.parent.iterdir()) == [".demo.lock",
+                                                                                                    "demo"]
+    shutil.copytree(store_dir, old)
+    proc = _lnrepro(parts["one"], "report", "--store", str(store_dir))
+    assert proc.returncode == 0 and f"removed {old.name}" in proc.stderr and not old.exists(), proc.stderr
+
+
+def test_a_store_named_by_a_symbolic_link_is_published_through_it(parts: dict[str, Path], tmp_path: Path,
+                                                                  capsys) -> None:
+    store_dir = _store_copy(parts, tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(store_dir)
+    rc, out = _publish(parts["two"], link, results=_results_copy(parts["two"], tmp_path), capsys=capsys)
+    assert rc == 0 and "added 2, kept 0" in out, out
+    assert link.is_symlink() and len(json.loads((store_dir / "store.json").read_text())["units"]) == 4
+
+
+def test_a_full_disk_while_copying_the_store_names_the_file(parts: dict[str, Path], tmp_path: Path, capsys,
+                                                            monkeypatch) -> None:
+    store_dir = _store_copy(parts, tmp_path)
+    before, results = _snapshot(store_dir), _results_copy(parts["two"], tmp_path)
+    real = shutil.copy2
+
+    def full(src, dst, *args, **kwargs):
+        real(src, dst, *args, **kwargs)
+        raise OSError(28, "No space left on device", str(dst))
+
+    monkeypatch.setattr(shutil, "copy2", full)
+    rc, out = _publish(parts["two"], store_dir, results=results, capsys=capsys)
+    assert rc == 1 and "None" not in out
+    assert f"{store_dir}: no space left on device (ENOSPC) while writing it" in out, out
+    assert _snapshot(store_dir) == before
+
+
+def test_refuses_hypotheses_cut_after_scoring(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """A part whose test hypotheses were cut to a tenth of their lines."""
+    results = _results_copy(parts["two"], tmp_path)
+    hyp = results / "runs" / "preln_nowarmup_step8" / "seed2" / "eval" / "epoch002.test.hyp"
+    lines = hyp.read_text().splitlines(keepends=True)
+    hyp.write_text("".join(lines[: len(lines) // 10]))
+    out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
+    assert (f"{hyp}: {len(lines) // 10} lines, but {hyp.parent / 'epoch002.json'} scored {len(lines)} sentences of "
+            "test: the hypotheses were cut or replaced after scoring") in out
+
+
+def test_refuses_records_with_no_commit(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """Code outside a git checkout records no commit: refused like a dirty checkout."""
+    results = _results_copy(parts["two"], tmp_path)
+    run_json = results / "runs" / "postln_warmup_isqrt" / "seed2" / "run.json"
+    record = json.loads(run_json.read_text())
+    record.update(git_commit=None, git_dirty=None)
+    run_json.write_text(json_text(record))
+    out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
+    assert f"{run_json}: git_commit is null (trained from code outside a git checkout" in out
+
+
+def test_a_stray_json_at_the_results_root_is_no_slice(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    store_dir = _store_copy(parts, tmp_path)
+    results = _results_copy(parts["two"], tmp_path)
+    (results / "notes.json").write_text("{}\n")
+    rc, out = _publish(parts["one"], store_dir, results=results, capsys=capsys)
+    assert rc == 0 and "added 2" in out and not (store_dir / "notes.json").exists(), out
+    (results / "notes.json").write_text('{"other": 1}\n')
+    rc, out = _publish(parts["one"], store_dir, results=results, capsys=capsys)
+    assert rc == 0 and "kept 2" in out, out
+
+
+def test_a_publish_rebuilds_the_stores_report(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """The store's report after part one says it lacks two units; publishing part two rebuilds it whole."""
+    store_dir = _store_copy(parts, tmp_path)
+    assert cli.main(["report", "--store", str(store_dir)]) == 0
+    assert "Incomplete: 2 of 4 units." in (store_dir / "report" / "index.html").read_text()
+    rc, out = _publish(parts["two"], store_dir, results=_results_copy(parts["two"], tmp_path), capsys=capsys)
+    assert rc == 0 and "added 2" in out, out
+    assert "Incomplete" not in (store_dir / "report" / "index.html").read_text()

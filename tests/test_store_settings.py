@@ -59,7 +59,7 @@ def test_a_later_part_resolves_to_the_stored_slices_and_is_accepted(store: Path,
         assert json_text(data) == (store / name).read_text(encoding="utf-8"), name
     (part / EXPERIMENT_JSON).write_text(json_text(x.to_dict()), encoding="utf-8")
     index = Index.read(store)
-    outcome = Outcome()
+    outcome = Outcome("study-cpu")
     assert _check_study(index, store, read_json(part / EXPERIMENT_JSON), dict(index.study), _slices(part), None,
                         None, outcome) is None
     assert outcome.study == []
@@ -94,4 +94,4 @@ def test_a_comparison_of_selected_runs_is_still_part_of_the_study(store: Path, t
     (part / EXPERIMENT_JSON).write_text(json_text(changed), encoding="utf-8")
     index = Index.read(store)
     with pytest.raises(LnReproError, match="differ from the study's"):
-        _check_study(index, store, changed, dict(index.study), _slices(part), None, None, Outcome())
+        _check_study(index, store, changed, dict(index.study), _slices(part), None, None, Outcome("study-cpu"))

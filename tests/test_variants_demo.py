@@ -11,7 +11,7 @@ import re
 import pandas as pd
 import pytest
 
-from conftest import DAG_SHAPE, REPO, copy_repo, snakemake
+from conftest import DAG_SHAPE, REPO, copy_repo, plan, snakemake
 from lnrepro import config as cfg
 
 LAYERS = ("presets/demo.yaml", "presets/variants-demo.yaml")
@@ -34,8 +34,8 @@ def test_the_preset_is_the_demo_with_the_variants_arms():
         assert set(x.comparisons[f"warmup_{v}_isqrt"].runs) == {f"{v}_nowarmup_isqrt", f"{v}_warmup_isqrt"}
 
 
-def test_the_dry_run_lists_every_training():
-    proc = snakemake(REPO, "-n", "--configfile", *LAYERS)
+def test_the_dry_run_lists_every_training(tmp_path):
+    proc = plan(tmp_path, configfiles=LAYERS)
     out = proc.stdout + proc.stderr
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
     assert counts["train_run"] == "28" and counts["score_checkpoint"] == "28"  # 14 runs x 2 seeds

@@ -4,6 +4,7 @@ argparse's one-line usage error naming the option, not a traceback from the stag
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Callable
 
 
@@ -24,6 +25,17 @@ def at_least(minimum: int) -> Callable[[str], int]:
 
 count = at_least(1)  # threads, repetitions
 size = at_least(0)  # bytes
+
+
+def positive(text: str) -> float:
+    """The argparse type of a finite number above 0 (a time: ``--minutes``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number above 0, got {text!r}")
+    return value
 
 
 def sha256_hex(text: str) -> str:

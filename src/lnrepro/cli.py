@@ -11,8 +11,9 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
-from .argtypes import count, sha256_hex, size
+from .argtypes import count, positive, sha256_hex, size
 from .device import DEFAULT_DEVICE, DEVICES
 from .errors import LnReproError
 from .paths import DOWNLOADS, EXPERIMENT_JSON
@@ -85,30 +86,44 @@ def _gradinit(a: argparse.Namespace) -> None:
         run_gradinit(config, a.bpe, a.out, threads=a.threads, fit_csv=a.fit, device=a.device)
 
 
+def _say(stage: str) -> Callable[[str], None]:
+    """A line on stderr from ``stage`` that is no error (a wait for a lock, a recovery)."""
+    return lambda message: print(f"lnrepro {stage}: {message}", file=sys.stderr)
+
+
 def _report(a: argparse.Namespace) -> None:
     from .analysis.render.report import make_report
     from .config import Experiment
 
     if a.store:  # a store is laid out as results/{exp}/: its experiment.json, its report/ folder
-        a.exp_dir, a.experiment, a.out = a.store, a.store / EXPERIMENT_JSON, a.store / "report"
-    elif not (a.exp_dir and a.experiment and a.out):
+        from .store import REPORT, locked, read_whole
+
+        with locked(a.store, _say(a.stage)) as store:
+            read_whole(store)
+            print(make_report(store, Experiment.read(store / EXPERIMENT_JSON), store / REPORT))
+        return
+    if not (a.exp_dir and a.experiment and a.out):
         raise LnReproError("name --store, or --exp-dir, --experiment and --out")
     print(make_report(a.exp_dir, Experiment.read(a.experiment), a.out))
 
 
 def _publish(a: argparse.Namespace) -> None:
+    from .store import damage_text, locked, publish
+
     if a.status:
         from .store_status import report, status
 
         if len(a.folders) != 1:
             raise LnReproError("--status takes one folder: the store")
-        print(report(status(a.folders[0], a.threads, a.configfile), a.minutes, a.cores), end="")
+        with locked(a.folders[0], _say(a.stage)) as store:
+            print(report(status(store, a.threads, a.configfile), a.minutes, a.cores), end="")
         return
-    from .store import publish
-
     if len(a.folders) != 2:
         raise LnReproError("name the results tree and the store: lnrepro publish results/{name} published/{name}")
-    print(publish(a.folders[0], a.folders[1], a.configfile).text(a.folders[1]), end="")
+    outcome = publish(a.folders[0], a.folders[1], a.configfile, _say(a.stage))
+    print(outcome.text(a.folders[1]), end="")
+    if outcome.damaged:  # what this part could not repair: the store is still not whole
+        raise LnReproError(damage_text(a.folders[1], outcome.name, outcome.damaged))
 
 
 def _fates(a: argparse.Namespace) -> None:
@@ -243,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "before the first part (no store yet) with --configfile: the study they resolve to, its "
                          "cost measured here on a few updates (needs results/{exp}/data/bpe: snakemake --until "
                          "apply_bpe)")
-    pu.add_argument("--minutes", type=float, help="with --status: the part's time on this machine")
+    pu.add_argument("--minutes", type=positive, help="with --status: the part's time on this machine")
     pu.add_argument("--cores", type=count, default=os.cpu_count() or 1,
                     help="with --status: the cores the part runs on (default: this machine's)")
     pu.add_argument("--threads", type=count,

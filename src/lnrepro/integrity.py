@@ -115,16 +115,20 @@ def _read(cls: type[R], path: Path, way_out: str) -> R:
 
 def read_train_log(path: str | Path) -> TrainLog:
     """``train.jsonl``'s records; a line that is not a JSON object (a cut or damaged file: training writes it
-    whole, from ``state/``) is an error naming the line. Records without ``kind`` count as steps."""
+    whole, from ``state/``) is an error naming the line, and so is any record after the ``finished`` record (training
+    writes that one last: a record after it was added to the log later). Records without ``kind`` count as steps."""
     path = Path(path)
     steps: dict[int, dict[str, Any]] = {}
     lrs: dict[int, float] = {}
     epochs: dict[int, dict[str, Any]] = {}
-    finished = None
+    finished, finished_line = None, 0
     with open_text(path) as f:  # a store's train.jsonl.gz where the plain file is absent
         for i, line in enumerate(f, 1):
             if not line.strip():
                 continue
+            if finished is not None:
+                raise LnReproError(f"{path}:{i}: a record after the finished record (line {finished_line}), which "
+                                   "training writes last: the log was changed after training wrote it")
             try:
                 rec = json.loads(line)
                 kind = rec.get("kind", "step")
@@ -135,7 +139,8 @@ def read_train_log(path: str | Path) -> TrainLog:
                     epochs[int(rec["epoch"])] = rec
                     continue
                 else:
-                    finished = rec if kind == "finished" else finished
+                    if kind == "finished":
+                        finished, finished_line = rec, i
                     continue
             except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as e:
                 raise LnReproError(f"{path}:{i}: not a whole training-log record ({e}): the log was cut or "

@@ -23,9 +23,16 @@ if TYPE_CHECKING:  # pandas is not a dependency of the stages that never write a
     import pandas as pd
 
 
-def _no_space(exc: BaseException) -> bool:
-    """Whether ``exc`` or an exception it was raised from or during is ENOSPC. torch.save reports a full disk
-    as a RuntimeError ("unexpected pos ...") raised while handling the OSError of the write that failed."""
+# A write the file system refused for want of room, and what frees it.
+_NO_ROOM = {errno.ENOSPC: "no space left on device (ENOSPC)",
+            errno.EFBIG: "file too large for this process's file-size limit (EFBIG: ulimit -f) or the file system",
+            errno.EDQUOT: "disk quota exceeded (EDQUOT)"}
+
+
+def _no_room(exc: BaseException) -> int | None:
+    """The errno of ``_NO_ROOM`` that ``exc``, or an exception it was raised from or during, carries (None:
+    none). torch.save reports a full disk or a file-size limit as a RuntimeError ("unexpected pos ...") raised
+    while handling the OSError of the write that failed."""
     seen: set[int] = set()
     stack: list[BaseException | None] = [exc]
     while stack:
@@ -33,22 +40,24 @@ def _no_space(exc: BaseException) -> bool:
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-            return True
+        if isinstance(e, OSError) and e.errno in _NO_ROOM:
+            return e.errno
         stack += [e.__cause__, e.__context__]
-    return False
+    return None
 
 
 @contextmanager
 def naming_full_disk(path: str | os.PathLike) -> Iterator[None]:
-    """Turn a full disk inside the block into one LnReproError naming ``path`` (other errors pass through)."""
+    """Turn a write refused for want of room inside the block (a full disk, a file-size limit, a quota) into one
+    LnReproError naming ``path`` and the cause (other errors pass through)."""
     try:
         yield
     except Exception as e:
-        if not _no_space(e):
+        code = _no_room(e)
+        if code is None:
             raise
-        raise LnReproError(f"{path}: no space left on device (ENOSPC) while writing it; the file was not "
-                           "replaced and earlier files are intact: free space and rerun") from e
+        raise LnReproError(f"{path}: {_NO_ROOM[code]} while writing it; the file was not replaced and earlier "
+                           "files are intact: make room and rerun") from e
 
 
 @contextmanager
@@ -69,13 +78,30 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
+def refuse_foreign_folder(path: str | os.PathLike, own: frozenset[str], kind: str) -> None:
+    """Refuse, before anything is written, to replace ``path`` whole (``atomic_directory``) unless it is absent,
+    an empty folder or a ``kind`` (a folder holding only the entries ``own``): a command that replaces its
+    output folder never deletes a folder it did not make (a results tree, a checkout)."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise LnReproError(f"{path}: exists and is not a folder; name a new or empty folder, or a {kind}")
+    foreign = sorted(entry.name for entry in path.iterdir() if entry.name not in own)
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise LnReproError(f"{path}: not a {kind} (it holds {', '.join(foreign[:3])}{more}), and this command "
+                           f"replaces its folder whole; name a new or empty folder, or a {kind}")
+
+
 @contextmanager
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``path``; when the block succeeds, the folder takes ``path``'s
     place (the old one renamed aside, the new one renamed in, the old one removed), so ``path`` holds wholly
     its old or wholly its new files. When the block fails, the temporary folder is removed and ``path`` is
-    left as it was. An OSError becomes one LnReproError naming the path that could not be written."""
-    path = Path(path)
+    left as it was. An OSError becomes one LnReproError naming the path that could not be written. A ``path``
+    that is a symbolic link stays one: the folder it points to is replaced."""
+    path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -93,7 +119,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     except OSError as e:
         if old.exists() and not path.exists():
             os.replace(old, path)
-        raise LnReproError(f"{e.filename or path}: cannot write it ({e.strerror}); {path} was left as it "
+        raise LnReproError(f"{e.filename or path}: cannot write it ({e.strerror or e}); {path} was left as it "
                            "was") from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -101,8 +127,8 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
         if old.exists():
             shutil.rmtree(old)
     except OSError as e:
-        raise LnReproError(f"{e.filename}: cannot remove it ({e.strerror}); {path} holds the new files, "
-                           f"delete {old} by hand") from e
+        raise LnReproError(f"{e.filename or old}: cannot remove it ({e.strerror or e}); {path} holds the new "
+                           f"files, delete {old} by hand") from e
 
 
 def _umask() -> int:

@@ -20,16 +20,25 @@ grid extended under its ``extended:`` may grow them; comparisons of runs the stu
 them), another study-level digest, a record from a checkout with uncommitted changes, a record failing its own
 digest check, or a unit already stored with another identity. The store is rewritten as a whole folder
 (``io.atomic_directory``), its index last: a publish that fails or is killed leaves it as it was, or complete.
+
+The store is read and written as a database: every command holds its lock (``locked``: one publish at a time, no
+read of a store being replaced), recovers a publish killed between its renames, and checks the stored files
+against the index (``damage``); a publish repairs the damaged units whose records its part holds.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
+import os
+import re
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import yaml
 
@@ -43,6 +52,9 @@ from .integrity import check_run
 from .records import CheckpointScores, RunRecord
 
 ANALYSIS = ("gradinit.csv", "gradinit_fit.csv")  # under analysis/, stored once
+# The configuration slices of a results tree's root (lnrepro.paths.Paths): any other *.json there is no slice.
+_SLICE = re.compile(r"(experiment|data|bpe|gradinit|gradinit_after_warmup|eval(_\w+)?)\.json")
+REPORT = "report"  # the store's report folder (lnrepro report --store)
 # Keys of a record that say when, where and how fast it was made: no part of a unit's identity.
 # The weights' digests carry whatever the software and hardware changed in the bits.
 _CIRCUMSTANCE = frozenset({"wall_s", "cpu_s", "decode_s", "sent_per_s", "where_ran", "threads", "job_checkpoints",
@@ -142,6 +154,9 @@ def record_problems(run_dir: Path, unit: Unit, exp: Experiment, study: dict[str,
     if info.git_dirty:
         out.append(f"{run_dir / 'run.json'}: git_dirty is true (trained from a checkout with uncommitted changes at "
                    f"{info.git_commit}): rerun the unit from a clean clone")
+    elif info.git_commit is None:
+        out.append(f"{run_dir / 'run.json'}: git_commit is null (trained from code outside a git checkout, which no "
+                   "commit names): rerun the unit from a clean clone")
     out += _input_problems(run_dir / "run.json", info.inputs_sha256, study)
     if RunFolder().gradinit_after_warmup in names:
         table = run_dir / RunFolder().gradinit_after_warmup
@@ -156,6 +171,23 @@ def record_problems(run_dir: Path, unit: Unit, exp: Experiment, study: dict[str,
             if scores.git_dirty:
                 out.append(f"{run_dir / name}: git_dirty is true (scored from a checkout with uncommitted changes "
                            f"at {scores.git_commit}): rescore the unit from a clean clone")
+            elif scores.git_commit is None:
+                out.append(f"{run_dir / name}: git_commit is null (scored from code outside a git checkout, which no "
+                           "commit names): rescore the unit from a clean clone")
+            out += _hypothesis_problems(run_dir / name, scores)
+    return out
+
+
+def _hypothesis_problems(score: Path, scores: CheckpointScores) -> list[str]:
+    """The hypothesis files beside ``score`` whose line count is not the sentences the score file says were decoded
+    (a split not decoded: none): hypotheses cut or replaced after scoring, which BLEU would no longer match."""
+    out = []
+    for split, result in (scores.splits or {}).items():
+        hyp = RunFolder.hypotheses_beside(score, split)
+        lines, expected = hyp.read_bytes().count(b"\n"), result.sentences if result is not None else 0
+        if lines != expected:
+            out.append(f"{hyp}: {lines} lines, but {score} scored {expected} sentences of {split}: the hypotheses "
+                       f"were cut or replaced after scoring; score it again: snakemake --cores all --forcerun {score}")
     return out
 
 
@@ -216,6 +248,112 @@ class Index:
         return json_text(self.__dict__)
 
 
+# ---- the lock, recovery and verification ------------------------------------------------------------------------
+
+
+def _leftovers(store: Path, kind: str) -> list[Path]:
+    """The folders ``io.atomic_directory`` leaves beside ``store`` when killed: its staging (``tmp``) or the
+    store renamed aside (``old``)."""
+    pattern = re.compile(rf"\.{re.escape(store.name)}\.[A-Za-z0-9_]{{8}}\.{kind}")
+    return sorted(p for p in store.parent.iterdir() if pattern.fullmatch(p.name)) if store.parent.is_dir() else []
+
+
+def _recover(store: Path, say: Callable[[str], None]) -> None:
+    """Finish or undo a publish killed while it replaced ``store`` (called under the lock, so none is running):
+    its staging is removed; a store renamed aside comes back where none took its place, and is removed where the
+    new one did."""
+    for tmp in _leftovers(store, "tmp"):
+        shutil.rmtree(tmp)
+    olds = _leftovers(store, "old")
+    if olds and not store.exists():
+        if len(olds) > 1:
+            raise LnReproError(f"{store}: missing, and {len(olds)} earlier stores beside it ({', '.join(map(str, olds))})"
+                               f": restore the one to keep with `mv <it> {store}`")
+        os.replace(olds[0], store)
+        say(f"{store}: restored as it was before a publish that was killed while it replaced the store")
+        return
+    for old in olds:
+        shutil.rmtree(old)
+        say(f"{store}: removed {old.name}, the previous store that a killed publish left after replacing it")
+
+
+@contextmanager
+def locked(store: str | os.PathLike, say: Callable[[str], None], create: bool = False) -> Iterator[Path]:
+    """Hold the store's lock (``fcntl.flock`` on ``.{name}.lock`` beside it) for a whole publish or read, so that
+    publishes are serialized and none reads a store being replaced; a second waits, saying for which pid. A publish
+    killed while it replaced the store is recovered first (``_recover``). Yields the store's path, a symbolic
+    link resolved (the folder it names is the store). ``create``: make the folder the store goes in (a publish)."""
+    store = Path(os.path.realpath(store))
+    if create:
+        store.parent.mkdir(parents=True, exist_ok=True)
+    elif not store.parent.is_dir():  # no store to read, nothing beside it to recover
+        yield store
+        return
+    lock = store.parent / f".{store.name}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            say(f"{store}: another lnrepro (pid {holder}) holds the store's lock {lock}; waiting until it ends")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            say(f"{store}: the other lnrepro ended; going on with the store it left")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _recover(store, say)
+        yield store
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def damage(store: Path, index: Index) -> dict[str, list[str]]:
+    """What in ``store`` differs from its index: per unit key (``run/seedN``; ``""`` for the study's slices and
+    tables), each stored file that is missing or whose sha256 is not the one ``store.json`` records. Empty when
+    the store is whole."""
+    out: dict[str, list[str]] = {}
+
+    def check(owner: str, name: str, expected: str) -> None:
+        path = store / name
+        if not path.is_file():
+            out.setdefault(owner, []).append(f"{name} (missing)")
+        elif (digest := file_sha256(path)) != expected:
+            out.setdefault(owner, []).append(f"{name} (sha256 {digest[:12]}..., store.json records {expected[:12]}...)")
+
+    for name, digest in sorted({**index.slices, **index.analysis}.items()):
+        check("", name, digest)
+    paths = Paths(index.name)
+    for key, entry in sorted(index.units.items()):
+        folder = paths.run_dir(entry["run"], entry["seed"]).removeprefix(paths.root + "/")
+        for name, digest in sorted(entry["files"].items()):
+            check(key, f"{folder}/{name}", digest)
+    return out
+
+
+def damage_text(store: Path, name: str, damaged: dict[str, list[str]]) -> str:
+    """One line naming what in the store of study ``name`` differs from its index, and the command that repairs
+    it."""
+    files = [f for owner in sorted(damaged) for f in damaged[owner]]
+    units = sorted(k for k in damaged if k)
+    more = f" and {len(files) - 4} more" if len(files) > 4 else ""
+    parts = f"the part that holds {', '.join(units)}" if units else "any part"
+    return (f"{store}: stored files differ from its index {STORE_INDEX}: {'; '.join(files[:4])}{more}; repair them by "
+            f"publishing {parts} again: lnrepro publish results/{name} {store}")
+
+
+def read_whole(store: Path) -> Index:
+    """The index of an existing ``store`` whose files all match it (else one error naming what differs)."""
+    index = Index.read(store)
+    if index is None:
+        raise LnReproError(f"{store}: no store there (no {STORE_INDEX}): publish a part first (lnrepro publish)")
+    damaged = damage(store, index)
+    if damaged:
+        raise LnReproError(damage_text(store, index.name, damaged))
+    return index
+
+
 # ---- publish -------------------------------------------------------------------------------------------------
 
 
@@ -223,16 +361,20 @@ class Index:
 class Outcome:
     """What a publish did, unit by unit."""
 
+    name: str  # the study's
     added: list[Unit] = field(default_factory=list)
     kept: list[Unit] = field(default_factory=list)
     left_out: list[tuple[Unit, str]] = field(default_factory=list)  # unfinished or partly done, and why
     study: list[str] = field(default_factory=list)  # study-level items added
+    repaired: list[str] = field(default_factory=list)  # stored files that differed from the index, written again
+    damaged: dict[str, list[str]] = field(default_factory=dict)  # what still differs (``damage``): not in the part
 
     def text(self, store: Path) -> str:
         lines = [f"{store}: added {len(self.added)}, kept {len(self.kept)} (already stored, same identity), left "
-                 f"out {len(self.left_out)}"]
+                 f"out {len(self.left_out)}" + (f", repaired {len(self.repaired)}" if self.repaired else "")]
         lines += [f"  study: added {item}" for item in self.study]
         lines += [f"  added {u}" for u in self.added] + [f"  kept {u}" for u in self.kept]
+        lines += [f"  repaired {item} (it differed from {STORE_INDEX})" for item in self.repaired]
         lines += [f"  left out {u}: {why}" for u, why in self.left_out]
         return "\n".join(lines) + "\n"
 
@@ -242,7 +384,8 @@ def _refuse(store: Path, why: str) -> LnReproError:
 
 
 def _slices(results: Path) -> dict[str, str]:
-    return {p.name: file_sha256(p) for p in sorted(results.glob("*.json"))}
+    """The configuration slices of a results tree's root, by name, with their digests (other files left alone)."""
+    return {p.name: file_sha256(p) for p in sorted(results.glob("*.json")) if _SLICE.fullmatch(p.name)}
 
 
 def _study_settings(exp: dict[str, Any]) -> dict[str, Any]:
@@ -291,10 +434,20 @@ def _resolved_config(configfiles: list[str], part_experiment: dict[str, Any], re
     return config
 
 
-def publish(results: Path, store: Path, configfiles: list[str] | None = None) -> Outcome:
-    """Add the finished, fully scored units of the results tree ``results`` (``results/{exp}``) to ``store``."""
-    results, store = Path(results), Path(store)
+def publish(results: Path, store: Path, configfiles: list[str] | None = None,
+            say: Callable[[str], None] = print) -> Outcome:
+    """Add the finished, fully scored units of the results tree ``results`` (``results/{exp}``) to ``store``, under
+    the store's lock (``locked``: ``say`` tells of a wait or a recovery). Stored files that differ from the index
+    (``damage``) are written again where the part holds their records with the same identity; what the part cannot
+    repair is in the outcome's ``damaged``."""
+    with locked(store, say, create=True) as real:
+        return _publish(Path(results), real, configfiles)
+
+
+def _publish(results: Path, store: Path, configfiles: list[str] | None) -> Outcome:
+    """``publish`` with the lock held."""
     index = Index.read(store)
+    damaged = damage(store, index) if index is not None else {}
     exp_path = results / EXPERIMENT_JSON
     if not exp_path.exists():
         raise LnReproError(f"{exp_path}: not found; a part writes it with its targets (`lnrepro publish --status "
@@ -309,7 +462,7 @@ def publish(results: Path, store: Path, configfiles: list[str] | None = None) ->
     study = {n: file_sha256(results / n) for n in study_files(paths)}
     slices = _slices(results)
     config = _resolved_config(configfiles, part, results) if configfiles else None
-    outcome = Outcome()
+    outcome = Outcome(name=exp.name)
     if index is None:
         if config is None:
             raise LnReproError(f"{store}: a new store needs the part's --configfile layers (as given to snakemake) "
@@ -322,11 +475,20 @@ def publish(results: Path, store: Path, configfiles: list[str] | None = None) ->
         config_text = yaml.safe_dump(config, sort_keys=True)
     else:
         config_text = (store / STORE_CONFIG).read_text(encoding="utf-8")
-    analysis = {n: results / "analysis" / n for n in ANALYSIS
-                if (results / "analysis" / n).exists() and f"analysis/{n}" not in index.analysis}
-    outcome.study += [f"analysis/{n}" for n in analysis]
+    broken = {f.split(" (", 1)[0]: f for f in damaged.pop("", [])}  # the study's damaged slices and tables
+    analysis = {}
+    for n in ANALYSIS:
+        path, key = results / "analysis" / n, f"analysis/{n}"
+        if path.exists() and (key not in index.analysis
+                              or (key in broken and file_sha256(path) == index.analysis[key])):
+            analysis[n] = path
+    outcome.study += [f"analysis/{n}" for n in analysis if f"analysis/{n}" not in index.analysis]
+    rewritten = set(slices) | {f"analysis/{n}" for n in analysis}  # slices equal the study's (_check_study)
+    outcome.repaired += [f for name, f in broken.items() if name in rewritten]
+    study_damage = [f for name, f in broken.items() if name not in rewritten]
 
     adds: list[tuple[Unit, dict[str, bytes]]] = []
+    repairing: set[str] = set()  # stored units written again: their files differed from the index
     for unit in units_of(exp):
         run_dir = results / paths.run_dir(unit.run, unit.seed).removeprefix(paths.root + "/")
         if not run_dir.exists():
@@ -348,17 +510,21 @@ def publish(results: Path, store: Path, configfiles: list[str] | None = None) ->
             if differ:
                 raise _refuse(store, f"{unit} is already stored with another identity; these records differ: "
                               + ", ".join(str(run_dir / n) for n in differ))
-            outcome.kept.append(unit)
-            continue
+            if unit.key not in damaged:
+                outcome.kept.append(unit)
+                continue
+            outcome.repaired += damaged.pop(unit.key)
+            repairing.add(unit.key)
         info = RunRecord.read(run_dir / "run.json")
         index.units[unit.key] = {"run": unit.run, "seed": unit.seed, "git_commit": info.git_commit,
                                  "identity": identity, "files": {}}
         adds.append((unit, data))
-    if not adds and not outcome.study:
+    outcome.damaged = {**({"": study_damage} if study_damage else {}), **damaged}
+    if not adds and not outcome.study and not outcome.repaired:
         return outcome
     with atomic_directory(store) as staging:
         if (store / STORE_INDEX).exists():
-            shutil.copytree(store, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(STORE_INDEX))
+            _copy_store(store, staging)
         (staging / STORE_CONFIG).write_text(config_text, encoding="utf-8")
         for name in slices:
             shutil.copyfile(results / name, staging / name)
@@ -369,9 +535,25 @@ def publish(results: Path, store: Path, configfiles: list[str] | None = None) ->
         for unit, data in adds:
             _add_unit(staging / paths.run_dir(unit.run, unit.seed).removeprefix(paths.root + "/"), data,
                       index.units[unit.key])
-            outcome.added.append(unit)
+            if unit.key not in repairing:
+                outcome.added.append(unit)
         (staging / STORE_INDEX).write_text(index.text(), encoding="utf-8")  # last: the store is whole
+        if (store / REPORT).is_dir():  # the store's report follows its records
+            from .analysis.render.report import make_report
+
+            make_report(staging, Experiment.read(staging / EXPERIMENT_JSON), staging / REPORT)
     return outcome
+
+
+def _copy_store(store: Path, staging: Path) -> None:
+    """Copy ``store``'s files but its index into ``staging``, file by file (so that a full disk is the OSError of
+    the file that did not fit, which ``io.atomic_directory`` names)."""
+    for src in sorted(store.rglob("*")):
+        target = staging / src.relative_to(store)
+        if src.is_dir():
+            target.mkdir(exist_ok=True)
+        elif src != store / STORE_INDEX:
+            shutil.copy2(src, target)
 
 
 def _add_unit(folder: Path, data: dict[str, bytes], entry: dict[str, Any]) -> None:

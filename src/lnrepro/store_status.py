@@ -37,7 +37,7 @@ from .host import cpu_flags, host_key
 from .io import read_json, read_yaml
 from .paths import EXPERIMENT_JSON, STORE_CONFIG, Paths
 from .records import RunRecord, RunSummary
-from .store import Index, Unit, extension_of, units_of
+from .store import Index, Unit, damage, damage_text, extension_of, units_of
 
 @dataclass(frozen=True)
 class StoredCost:
@@ -96,6 +96,9 @@ def status(store: Path, threads: int | None = None, configfiles: list[str] | Non
         raise LnReproError(f"{store}: no store there (no store.json): publish a first part with `lnrepro publish "
                            "results/{name} " + f"{store} --configfile ...`; `lnrepro publish --status {store} "
                            "--configfile ...` measures what a first part costs here")
+    damaged = damage(store, index)
+    if damaged:
+        raise LnReproError(damage_text(store, index.name, damaged))
     exp = Experiment.read(store / EXPERIMENT_JSON)
     config = read_yaml(store / STORE_CONFIG)
     grown = _grown(store, configfiles) if configfiles else None

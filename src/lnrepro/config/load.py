@@ -101,11 +101,19 @@ def load_schema() -> dict:
     return schema
 
 
+# JSON Schema counts 3.0 an integer; the config's integers (epochs, seeds, widths) index and name things, where a
+# float gives a Python error or a "seed1.0" folder: an integer here is an int (and never a bool).
+_STRICT_INTEGERS = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool)))
+
+
 @functools.lru_cache(maxsize=4)
 def _validator(norms: tuple[str, ...], optimizers: tuple[str, ...]) -> jsonschema.Draft202012Validator:
     """The schema's validator, made once per set of registered norms and optimizers (the enums ``load_schema``
     fills in: the key of the cache): ``load_schema`` parses the schema's YAML, a tenth of a second a call."""
-    return jsonschema.Draft202012Validator(load_schema())
+    return _STRICT_INTEGERS(load_schema())
 
 
 def _grid_values_schema(key: str) -> dict:
@@ -162,14 +170,16 @@ def _removed_key_uses(config: dict) -> Iterable[tuple[str, str]]:
     grid's values or extensions, a comparison's factor."""
     def sections() -> Iterable[tuple[str, Any]]:
         yield "defaults", config.get("defaults")
-        for name, run in (config.get("runs") or {}).items():
+        runs = config.get("runs")
+        for name, run in (runs.items() if isinstance(runs, dict) else ()):  # another type: the schema names it
             yield f"runs.{name}", run
     for where, section in sections():
         for key in REMOVED_RUN_KEYS:
             part, name = key.split(".")
             if isinstance(section, dict) and isinstance(section.get(part), dict) and name in section[part]:
                 yield f"{where}.{key}", key
-    for grid, spec in (config.get("grids") or {}).items():
+    grids = config.get("grids")
+    for grid, spec in (grids.items() if isinstance(grids, dict) else ()):
         for part in ("values", "extended"):
             for key in REMOVED_RUN_KEYS:
                 if isinstance(spec, dict) and isinstance(spec.get(part), dict) and key in spec[part]:
@@ -326,6 +336,9 @@ def load_config(paths: Iterable[str | Path]) -> dict:
             raise LnReproError(f"{path}: config file not found") from e
         except yaml.YAMLError as e:
             raise LnReproError(f"{path}: not valid YAML ({e})") from e
+        if not isinstance(layer, dict):
+            raise LnReproError(f"{path}: config: the file's top level is a {type(layer).__name__}, not a mapping "
+                               "of config keys")
         config = deep_merge(config, layer)
     validate_config(config)
     return config

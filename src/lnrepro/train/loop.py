@@ -94,6 +94,24 @@ def check_config(config_json: Path, run_dir: Path, expected: str | None) -> None
             f"same --configfile), or set the change in the config files instead")
 
 
+def check_run_dir(config_json: Path, run_dir: Path) -> None:
+    """Refuse a ``--config`` that is not ``run_dir``'s own: where the run folder holds a config.json (the workflow
+    writes it there) that is another file with other bytes, or where the folder is a results tree's
+    ``runs/{run}/seed{seed}`` and the config names another run or seed. Training it would put another run's
+    training under this run's name."""
+    own = run_dir / "config.json"
+    if own.is_file() and not own.samefile(config_json) and own.read_bytes() != config_json.read_bytes():
+        raise LnReproError(f"{config_json}: not the config.json of --run-dir {run_dir} ({own} differs): a run "
+                           f"trains in its own folder from its own config.json; nothing was trained or changed")
+    if run_dir.parent.parent.name != "runs" or not run_dir.name.startswith("seed"):
+        return
+    config = RunConfig.read(config_json)
+    if (config.run, f"seed{config.seed}") != (run_dir.parent.name, run_dir.name):
+        raise LnReproError(f"{config_json}: the config of run {config.run} seed{config.seed}, but --run-dir "
+                           f"{run_dir} is the folder of run {run_dir.parent.name} {run_dir.name}; nothing was "
+                           "trained or changed")
+
+
 def execution_facts(device: torch.device, threads: int) -> dict[str, Any]:
     """What decides a training's bits besides its inputs (config.json, the data): library versions, device
     and threads. An attempt under other facts than the one it resumes continues, but is not bitwise the same."""
@@ -367,6 +385,7 @@ def train_run(run_dir: Path, config_json: Path, bpe_dir: Path, threads: int,
     run_dir, config_json, bpe_dir = Path(run_dir), Path(config_json), Path(bpe_dir)
     torch_device = select_device(device)
     check_config(config_json, run_dir, config_sha256)
+    check_run_dir(config_json, run_dir)
     with StateDir(run_dir).locked() as state_dir:
         digest = run_digest(config_json, training_inputs(bpe_dir))
         state_dir.take_back(digest)

@@ -37,7 +37,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from ...config.settings import Experiment
-from ...io import atomic_directory, atomic_write_csv, atomic_write_text
+from ...io import atomic_directory, atomic_write_csv, atomic_write_text, refuse_foreign_folder
 from ...norms import NORMS
 from ...paper import DEVIATIONS
 from ...paths import ANSWER_MD
@@ -448,12 +448,18 @@ def render(page: Page) -> str:
         unfinished=page.unfinished, units=units)
 
 
+# What a report folder holds: an existing --out with anything else is not a report and is never replaced.
+REPORT_ENTRIES = frozenset({"tables", "figures", "confounds.md", ANSWER_MD, "index.html"})
+
+
 def make_report(exp_dir: Path, experiment: Experiment, out_dir: Path) -> Path:
     """Build ``out_dir`` (results/{exp}/report/): tables/*.csv, confounds.md, answer.md, figures/*.png, index.html.
-    Returns the path of index.html. The report is written into a folder beside ``out_dir`` that replaces it
+    Returns the path of index.html. An existing ``out_dir`` that is not a report (``REPORT_ENTRIES``) is refused
+    first. The report is written into a folder beside ``out_dir`` that replaces it
     whole (``io.atomic_directory``): a failure leaves the previous report as it was, tables included (under
     Snakemake, which deletes the declared page and figures first, the tables stay wholly the old ones)."""
     out_dir = Path(out_dir)
+    refuse_foreign_folder(out_dir, REPORT_ENTRIES, "report folder")
     results = read_results(exp_dir, experiment)
     data = build(results, experiment)
     with atomic_directory(out_dir) as staging:
