@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import io
 import json
 import math
@@ -15,7 +16,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .errors import LnReproError
 
@@ -341,3 +342,25 @@ def git_commit() -> tuple[str | None, bool | None]:
         return commit or None, dirty
     except (OSError, subprocess.SubprocessError):
         return None, None
+
+
+@contextmanager
+def exclusive_lock(lock: Path, say: Callable[[str], None], waiting: str, ended: str) -> Iterator[None]:
+    """Hold an exclusive flock on the file ``lock`` (made when missing, never deleted: two holders of two files
+    would both hold one) for the block, its holder's pid written in it. Where another process holds it: say
+    ``waiting`` (its ``{pid}`` the holder's), wait for it, then say ``ended``."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            say(waiting.replace("{pid}", os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"))
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            say(ended)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -28,7 +28,6 @@ against the index (``damage``); a publish repairs the damaged units whose record
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import json
@@ -46,7 +45,7 @@ from .analysis.results import read_after_warmup
 from .config import experiment, load_config
 from .config.settings import Experiment
 from .errors import LnReproError
-from .io import GZ, atomic_directory, file_sha256, gzip_bytes, json_text, read_json
+from .io import GZ, atomic_directory, exclusive_lock, file_sha256, gzip_bytes, json_text, read_json
 from .paths import EXPERIMENT_JSON, STORE_CONFIG, STORE_INDEX, Paths, RunFolder
 from .integrity import check_run
 from .records import CheckpointScores, RunRecord
@@ -267,8 +266,8 @@ def _recover(store: Path, say: Callable[[str], None]) -> None:
     olds = _leftovers(store, "old")
     if olds and not store.exists():
         if len(olds) > 1:
-            raise LnReproError(f"{store}: missing, and {len(olds)} earlier stores beside it ({', '.join(map(str, olds))})"
-                               f": restore the one to keep with `mv <it> {store}`")
+            raise LnReproError(f"{store}: missing, and {len(olds)} earlier stores beside it "
+                               f"({', '.join(map(str, olds))}): restore the one to keep with `mv <it> {store}`")
         os.replace(olds[0], store)
         say(f"{store}: restored as it was before a publish that was killed while it replaced the store")
         return
@@ -290,23 +289,10 @@ def locked(store: str | os.PathLike, say: Callable[[str], None], create: bool = 
         yield store
         return
     lock = store.parent / f".{store.name}.lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            say(f"{store}: another lnrepro (pid {holder}) holds the store's lock {lock}; waiting until it ends")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            say(f"{store}: the other lnrepro ended; going on with the store it left")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    with exclusive_lock(lock, say, f"{store}: another lnrepro (pid {{pid}}) holds the store's lock {lock}; waiting "
+                        "until it ends", f"{store}: the other lnrepro ended; going on with the store it left"):
         _recover(store, say)
         yield store
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def damage(store: Path, index: Index) -> dict[str, list[str]]:

@@ -26,8 +26,6 @@ training. A finished state of the same digest that fails its checks is cleared a
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -44,8 +42,8 @@ import torch
 from ..errors import LnReproError
 from ..paths import RunFolder
 from ..records import EpochManifest
-from ..io import (atomic_path, atomic_write_bytes, atomic_write_json, file_sha256, finite_json, naming_full_disk,
-                  read_json, torch_save_file)
+from ..io import (atomic_path, atomic_write_bytes, atomic_write_json, exclusive_lock, file_sha256, finite_json,
+                  naming_full_disk, read_json, torch_save_file)
 
 
 def say(message: str) -> None:
@@ -105,22 +103,10 @@ class StateDir:
         that waits then resumes or re-emits what the orphan left, so the rerun ends correct in one go. The lock
         file is never deleted (clearing keeps it), or two trainers could hold locks on different files."""
         self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-                say(f"{self.root} is held by another trainer of this run (pid {holder}); waiting until it ends")
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                say(f"{self.root}: the other trainer ended; continuing from what it left")
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with exclusive_lock(self.lock_file, say,
+                            f"{self.root} is held by another trainer of this run (pid {{pid}}); waiting until it ends",
+                            f"{self.root}: the other trainer ended; continuing from what it left"):
             yield self
-        finally:
-            os.close(fd)  # releases the lock
 
     def _state_files(self) -> list[Path]:
         """The current state's files and folders: everything in state/ but the lock, previous/ and a move."""
