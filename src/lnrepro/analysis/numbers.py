@@ -69,7 +69,8 @@ def interval(v: float, lo: float, hi: float) -> str:
     return f"{estimate} [{ends[0]}, {ends[1]}]"
 
 
-SENTENCE_END = re.compile(r"(?<=[.])\s+(?=[A-Z(])")  # a full stop, then a capital: "0.809" and "lr_max 0.002," stay whole
+# A sentence ends at a full stop followed by a capital: "0.809" and "lr_max 0.002," stay whole.
+SENTENCE_END = re.compile(r"(?<=[.])\s+(?=[A-Z(])")
 
 
 def first_sentence(text: str) -> str:
