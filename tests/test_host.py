@@ -81,16 +81,17 @@ def test_cost_across_hosts_is_confounded_by_the_host_quality_per_epoch_is_not(pa
     before = build(read_results(exp_dir, exp), exp)
     figure4 = next(c for c in before.confounds["comparisons"] if c["name"] == "figure4")
     assert figure4["cost_confounds"] == []  # every job of the demo ran here
-    # the second run's unit trained on a host of other CPU flags (an AVX2-only one)
+    # the second run's unit trained on a host of other CPU flags (AVX2 only, or AVX-512 where this one has AVX2 only)
     run = exp.select[1]
     path = _run_json(exp_dir, run)
     rj = json.loads(path.read_text())
-    rj["host"] = {**rj["host"], "cpu_flags": ["avx2"]}
+    other = ["avx2", "avx512f"] if rj["host"]["cpu_flags"] == ["avx2"] else ["avx2"]
+    rj["host"] = {**rj["host"], "cpu_flags": other}
     path.write_text(json.dumps(rj))
     after = build(read_results(exp_dir, exp), exp)
     moved = next(c for c in after.confounds["comparisons"] if c["name"] == "figure4")
     assert moved["cost_confounds"] == ["train_hosts"]
-    assert moved["cost_values"]["train_hosts"][run] == [host_key({"cpu_flags": ["avx2"], "threads": rj["threads"]})]
+    assert moved["cost_values"]["train_hosts"][run] == [host_key({"cpu_flags": other, "threads": rj["threads"]})]
     assert "Its cost (CPU time, wall-clock, time to quality in seconds" in moved["sentence"]
     assert "compare its cost within a host or in updates and epochs" in moved["sentence"]
     # quality per epoch: the same verdict, confounds and execution facts, the same per-epoch scores
@@ -100,7 +101,7 @@ def test_cost_across_hosts_is_confounded_by_the_host_quality_per_epoch_is_not(pa
     # the where-ran table lists each unit's host per job: the edited flags for its training only
     hosts = after.agg.hosts
     train = hosts[(hosts["run"] == run) & (hosts["job"] == "train")].iloc[0]
-    assert (train["cpu_flags"], train["threads"]) == ("avx2", rj["threads"])
+    assert (train["cpu_flags"], train["threads"]) == ("+".join(other), rj["threads"])
     assert train["git_commit"] == rj["git_commit"] and train["matmul_gflops"] == rj["host"]["matmul_gflops"]
     assert set(hosts["job"]) == {"train", "score"} and set(hosts["run"]) == set(exp.select)
     # the report: tables/hosts.csv, the where-ran table, the cost confound in confounds.md and the wall-clock text
