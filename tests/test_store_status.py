@@ -56,7 +56,7 @@ def test_first_part_status_measures_here_and_its_command_plans_its_units(encoded
 
 
 def test_a_part_that_fits_fewer_minutes_plans_only_its_units(encoded: Path) -> None:
-    out = _status(encoded, "--minutes", "0").stdout
+    out = _status(encoded, "--minutes", "0.01").stdout
     assert "1 unit(s)" in out and UNITS[0] in out.split("a part that", 1)[1]
     command = shlex.split(out.strip().splitlines()[-1])
     jobs = _jobs(snakemake(encoded, *command[1:], "-n").stdout)
