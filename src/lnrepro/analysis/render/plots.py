@@ -390,7 +390,8 @@ def plot_interaction(cells: pd.DataFrame, design: pd.DataFrame, budget: str, spl
         c = c[c["n"] > 0]  # a cell without a finished seed has no mean to draw
         for ax, decay in zip(row, (-1, 1)):
             for norm in (-1, 1):
-                sub = design[(design["norm"] == norm) & (design["decay"] == decay)].sort_values("warmup", kind="stable")
+                sub = design[(design["norm"] == norm) & (design["decay"] == decay)]
+                sub = sub.sort_values("warmup", kind="stable")
                 sub = sub[sub["run"].isin(c.index)]
                 st, label = norm_style(_level("norm", norm)), norm_label(_level("norm", norm))
                 xs = [0 if w < 0 else 1 for w in sub["warmup"]]
@@ -591,7 +592,8 @@ def plot_depth_rates(rates: pd.DataFrame, budget: str, out: Path) -> Path:
         for row, what in enumerate(("failure", "divergence")):
             ax = axes[row][col]
             for k, (norm, lr) in enumerate(lines):
-                g = at[(at["variant"] == norm) & (at["lr_max"] == lr) & (at["warmup"] == warmup)].sort_values("depth", kind="stable")
+                g = at[(at["variant"] == norm) & (at["lr_max"] == lr) & (at["warmup"] == warmup)]
+                g = g.sort_values("depth", kind="stable")
                 if g.empty:
                     continue
                 x = g["depth"].to_numpy(dtype=float) + (k - (len(lines) - 1) / 2) * dodge

@@ -51,7 +51,6 @@ from ..sections import tuned as tu
 from . import views as vw
 from ..build import ReportData, build
 from ..sections.claims import STATUSES, fmt
-from ..sections import depth as dp
 from ..sections.depth import OPEN
 from ..sections.confounds import flatten, write_confounds
 from .deviations import config_deviations, recipe_notes, unstated_rows
@@ -284,7 +283,7 @@ def _depth(page: Page) -> dict[str, Any] | None:
         return None
     skipped = d.test[d.test["test"].str.startswith("skipped")]
     return {"finding": " ".join(d.lead),
-            "deep": dp.deep_table(d.rates, last, page.data.gradinit_fit, d.depths[-1]), "deepest": d.depths[-1],
+            "deep": d.deep, "deepest": d.depths[-1],
             "depths": ", ".join(map(str, d.depths)), "last": last, "rule": d.rule, "resolution": d.resolution,
             "rates_lr": ", ".join(sig(lr) for lr in dict.fromkeys(d.rates["lr_max"])),
             "rates": vw.depth_rates_view(d.rates, last),

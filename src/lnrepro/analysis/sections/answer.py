@@ -227,7 +227,8 @@ def not_run_sentence(epochs: pd.DataFrame, runs: Sequence[str]) -> str:
 
 def _seed_curves(epochs: pd.DataFrame, run: str, col: str) -> dict[int, pd.DataFrame]:
     """Per seed of ``run``: its scored checkpoints (status ok, a value of ``col``), by epoch."""
-    g = epochs[(epochs["run"] == run) & (epochs["status"] == OK) & epochs[col].notna()].sort_values("epoch", kind="stable")
+    g = epochs[(epochs["run"] == run) & (epochs["status"] == OK) & epochs[col].notna()]
+    g = g.sort_values("epoch", kind="stable")
     return {int(s): d for s, d in g.groupby("seed")}
 
 

@@ -153,6 +153,7 @@ class Depth:
     floor: float | None = None  # eval.valid_bleu_floor
     finding: tuple[str, ...] = ()  # the section's opening sentences (``finding``)
     lead: tuple[str, ...] = ()  # its first ones: the depth question's answer (``_lead``)
+    deep: pd.DataFrame = field(default_factory=pd.DataFrame)  # its cells as the page's table (``deep_table``)
     # the post-hoc reading (``nll_only``): SENSITIVITY_COLUMNS at the last budget, the claims by it, in words
     sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
     sensitivity_claims: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -252,7 +253,8 @@ def time_table(epochs: pd.DataFrame, fates: pd.DataFrame, experiment: Experiment
             continue
         best = float(final.max())
         for run in runs:
-            curves = {s: c.sort_values("epoch", kind="stable") for s, c in trained[trained["run"] == run].groupby("seed")}
+            curves = {s: c.sort_values("epoch", kind="stable")
+                      for s, c in trained[trained["run"] == run].groupby("seed")}
             cell = _cell(experiment, run)
             for fraction in fractions:
                 hits = [crossing(c, metric, fraction * best, True)[0] for c in curves.values()]
@@ -429,28 +431,48 @@ def _exponent_rows(fit: pd.DataFrame | None) -> list[dict[str, Any]]:
              "ci_low": r["b_low"], "ci_high": r["b_high"], "n_seeds": str(r["seeds"]), "status": OPEN, "note": ""}]
 
 
+# How an exponent b of the last decoder layer's W2 gradient against depth reads (``_reading``).
+NOT_MEASURED, ZERO, NOT_FITTED, NO_INTERVAL = "not measured", "exactly 0", "not fitted", "no interval"
+SHRINKS, GROWS, FLAT = "shrinks", "grows", "does not shrink"
+PREDICTS = {SHRINKS: "training without warm-up", GROWS: "a need for warm-up", FLAT: "a need for warm-up"}
+
+
+def _reading(exponent: pd.Series | None) -> tuple[str, float, float, float]:
+    """An exponent's row (``gradinit_fit.headline``; None: not measured) as (reading, b, low, high): shrinks with
+    depth when its interval lies below 0, grows above 0, does not shrink otherwise."""
+    if exponent is None:
+        return NOT_MEASURED, math.nan, math.nan, math.nan
+    b, lo, hi = (float(exponent[k]) for k in ("b", "b_low", "b_high"))
+    if not math.isfinite(b):
+        return (ZERO if isinstance(exponent.get("note"), str) and exponent["note"] else NOT_FITTED), b, lo, hi
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return NO_INTERVAL, b, lo, hi
+    return (SHRINKS if hi < 0 else GROWS if lo > 0 else FLAT), b, lo, hi
+
+
 def prediction(label: str, exponent: pd.Series | None) -> str:
     """What ``label``'s gradient at initialization predicted for training without warm-up, from its Figure 3(c)
     row (``gradinit_fit.headline``; None: not measured): a last decoder layer's W2 gradient that shrinks with
     depth, its exponent b's interval below 0, as Pre-LN's does in Theorem 1, predicts training; one that does not
     shrink, as Post-LN's does not, or grows, predicts a need for warm-up. One interval."""
     said = f"{label}'s gradient at initialization"
-    if exponent is None:
+    read, b, lo, hi = _reading(exponent)
+    if read == NOT_MEASURED:
         return f"{said} was not measured."
-    b, lo, hi = (float(exponent[k]) for k in ("b", "b_low", "b_high"))
-    if not math.isfinite(b):
+    if read == ZERO:
         return (f"{said} predicted nothing: its last decoder layer's W2 gradient is exactly 0, so it has no "
-                "exponent b." if isinstance(exponent.get("note"), str) and exponent["note"]
-                else f"{said} predicted nothing: its exponent b was not fitted.")
-    if not (math.isfinite(lo) and math.isfinite(hi)):
+                "exponent b.")
+    if read == NOT_FITTED:
+        return f"{said} predicted nothing: its exponent b was not fitted."
+    if read == NO_INTERVAL:
         return f"{said} predicted nothing: its exponent b = {sig(b)} has no interval."
     theory = float(exponent.get("theory_b", math.nan))
     own = f", Theorem 1's being {sig(theory)}" if math.isfinite(theory) else ""  # Post-LN's and Pre-LN's own
     like_pre, like_post = ", as Pre-LN's does in Theorem 1", ", as Post-LN's does not in Theorem 1"
-    if hi < 0:
+    if read == SHRINKS:
         return (f"{said} predicted training without warm-up: its last decoder layer's W2 gradient shrinks with "
                 f"depth, b = {interval(b, lo, hi)}{own or like_pre}.")
-    if lo > 0:
+    if read == GROWS:
         return (f"{said} predicted a need for warm-up: its last decoder layer's W2 gradient grows with depth, "
                 f"b = {interval(b, lo, hi)}{own}.")
     return (f"{said} predicted a need for warm-up: its last decoder layer's W2 gradient does not shrink with depth, "
@@ -552,15 +574,9 @@ def deep_table(rates: pd.DataFrame, budget: str, gradinit_fit: pd.DataFrame | No
 
 def _exponent_words(exponent: pd.Series | None) -> tuple[str, str]:
     """A variant's exponent b with its interval, and what it predicts, in ``prediction``'s reading."""
-    if exponent is None:
-        return "not measured", "nothing"
-    b, lo, hi = (float(exponent[k]) for k in ("b", "b_low", "b_high"))
-    if not math.isfinite(b):
-        return ("none: exactly 0" if isinstance(exponent.get("note"), str) and exponent["note"] else "not fitted",
-                "nothing")
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return sig(b), "nothing"
-    return interval(b, lo, hi), "training without warm-up" if hi < 0 else "a need for warm-up"
+    read = _reading(exponent)
+    b = {NOT_MEASURED: "not measured", ZERO: "none: exactly 0", NOT_FITTED: "not fitted", NO_INTERVAL: sig(read[1])}
+    return (b[read[0]], "nothing") if read[0] in b else (interval(*read[1:]), PREDICTS[read[0]])
 
 
 def nll_only(settings: ReportSettings) -> ReportSettings:
@@ -582,11 +598,9 @@ def sensitivity_table(rates: pd.DataFrame, rates_nll: pd.DataFrame, budget: str,
     return table.reset_index(drop=True)
 
 
-def sensitivity_words(table: pd.DataFrame, claims: pd.DataFrame, claims_nll: pd.DataFrame, brief: bool = False
-                      ) -> list[str]:
+def sensitivity_words(table: pd.DataFrame, claims: pd.DataFrame, claims_nll: pd.DataFrame) -> list[str]:
     """The post-hoc reading in words, from its table and the two claims tables (the report's or their CSVs): the
-    cells whose failures change (``brief``: counted, not named, the rule in fewer words), and the claims whose
-    status changes, each with its measure by the NLL part."""
+    cells whose failures change, and the claims whose status changes, each with its measure by the NLL part."""
     if table.empty:
         return []
     ratio = sig(float(table["failure_nll_ratio"].iloc[0]))
@@ -594,11 +608,11 @@ def sensitivity_words(table: pd.DataFrame, claims: pd.DataFrame, claims_nll: pd.
     named = "; ".join(f"{r.label} {'with' if bool(r.warmup) else 'without'} warm-up at {int(r.depth)} layers and "
                       f"lr_max {sig(r.lr_max)} ({int(r.n_failed)} → {int(r.n_failed_nll_only)} of "
                       f"{int(r.n_with_fate)})" for r in changed.itertuples())
-    rule = (f"NLL above {ratio} x the best run's; BLEU not judged" if brief else f"a seed fails when it diverged, "
-            f"stopped or its NLL is above {ratio} x the best run's at its depth and lr_max; its BLEU is not judged")
+    rule = (f"a seed fails when it diverged, stopped or its NLL is above {ratio} x the best run's at its depth and "
+            "lr_max; its BLEU is not judged")
     out = [f"Post hoc, not the study's rule: by the rule's NLL part alone ({rule}), "
-           + (f"the failures of {len(changed)} of {len(table)} cells change" + ("." if brief else f": {named}.")
-              if len(changed) else "no cell's failures change.")]
+           + (f"the failures of {len(changed)} of {len(table)} cells change: {named}." if len(changed)
+              else "no cell's failures change.")]
     both = claims.merge(claims_nll, on=["id", "lr_max"], suffixes=("", "_nll")).dropna(subset=["lr_max"])
     moved = both[both["status"] != both["status_nll"]]
     out += [f"By it the claim \"{r.claim}\" at lr_max {sig(r.lr_max)} is {r.status_nll}, "
@@ -637,11 +651,13 @@ def depth(epochs: pd.DataFrame, seeds: Sequence[SeedResults], experiment: Experi
         rule=bu.failure_rule(settings) + "; here the best run is taken among the runs of the seed's own depth and "
         "lr_max",
         floor=experiment.eval.valid_bleu_floor, finding=tuple(opening + _details(deep, gradinit_fit, levels[-1])),
-        lead=tuple(opening), sensitivity=sensitivity, sensitivity_claims=claims_nll,
+        lead=tuple(opening), deep=deep_table(rates, last, gradinit_fit, levels[-1]), sensitivity=sensitivity,
+        sensitivity_claims=claims_nll,
         sensitivity_words=tuple(sensitivity_words(sensitivity, claims, claims_nll)))
 
 
 __all__ = ["Depth", "depth", "depth_of", "wilson", "rate_difference", "smallest_resolved",
            "resolution_text", "seed_fates_by_depth", "rate_table", "quality_table", "time_table", "test_rows",
-           "confound_table", "claim_table", "finding", "deep_table", "nll_only", "sensitivity_table", "sensitivity_words",
+           "confound_table", "claim_table", "finding", "deep_table", "nll_only", "sensitivity_table",
+           "sensitivity_words",
            "prediction", "learning_rates", "lr_of", "DEPTH_CLAIMS", "OPEN"]
