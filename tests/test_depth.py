@@ -37,7 +37,12 @@ DIVERGE = {("postln_nowarmup_isqrt_L18", 3): 2}
 
 
 def experiment(runs: list[str] = RUNS) -> Experiment:
+    """The depth preset's settings, its runs at lr_max 2e-3 and the same runs again at 1e-3 (``..._lr1e-3``:
+    the section reads each depth and lr_max apart)."""
     c = config.load_config([REPO / "config.yaml", REPO / "presets" / "depth-cpu.yaml"])
+    for run in RUNS:
+        if run.endswith(LOW):
+            c["runs"][run] = config.deep_merge(c["runs"][run.removesuffix(LOW)], {"optim": {"lr_max": LOW_LR}})
     c["select"], c["defaults"]["train"]["epochs"], c["seeds"] = runs, EPOCHS, list(SEEDS)
     c.pop("run_seeds")
     config.validate_config(c)

@@ -1,9 +1,12 @@
-"""presets/depth-cpu.yaml: six variants x depth 6 and 18 x warm-up on and off at the CPU study's width, batch and
-lr_max, five seeds for the cells the depth claims compare and three for the others, and Post-LN and Pre-LN again at
-a second, smaller lr_max; runs of different depths in one experiment; the valid-BLEU floor of test."""
+"""presets/depth-cpu.yaml: every registered variant x depth 6 and 18 x warm-up on and off at the CPU study's
+width, batch and lr_max, a cap in updates, five seeds in every 18-layer cell and in Post-LN with warm-up at 6
+layers, one in the other 6-layer cells, none of them a first-edition seed; a diverge_loss that can fire; the fate
+rule's constants as the preset states them; runs of different depths in one experiment; the valid-BLEU floor of
+test."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -11,28 +14,17 @@ import pytest
 
 from conftest import REPO, plan
 from lnrepro import config as cfg
+from lnrepro.analysis import fates
 from lnrepro.errors import LnReproError
-from lnrepro.config.settings import GRADINIT_NORMS as NORMS  # the six variants the preset trains
+from lnrepro.norms import NORMS
 
 PRESET = REPO / "presets" / "depth-cpu.yaml"
-# The preset's six variants (registered ones beyond them are not in it) and their run names' prefixes.
-SHORT = {"post": "postln", "pre": "preln", "pre_nofinal": "prenofinal", "deepnorm": "deepnorm", "admin": "admin",
-         "rezero": "rezero"}
-COMPARED = ("post", "pre", "deepnorm")  # five seeds at the study's lr_max; the others three
-SECOND = ("post", "pre")  # also at the second lr_max, five seeds
-SECOND_LR, SUFFIX = 1.0e-3, "_lr1e-3"
-RUNS = ({f"{SHORT[n]}_{w}_isqrt_L{d}" for n in SHORT for w in ("warmup", "nowarmup") for d in (6, 18)}
-        | {f"{SHORT[n]}_{w}_isqrt_L{d}{SUFFIX}" for n in SECOND for w in ("warmup", "nowarmup") for d in (6, 18)})
-
-
-def depth_in_name(run: str) -> int:
-    """The L of a run name ``..._L{layers}`` or ``..._L{layers}_lr{rate}``."""
-    return int(run.rsplit("_L", 1)[1].split("_")[0])
-
-
-def five_seeds(run: str, norm: str) -> bool:
-    """Whether ``run`` (of variant ``norm``) is a cell the depth claims compare: five seeds."""
-    return run.endswith(SUFFIX) or norm in COMPARED
+# Run names' prefixes per variant: the first edition's words for its six, the registry's names for the others.
+SHORT = {"post": "postln", "pre": "preln", "pre_nofinal": "prenofinal"}
+RUNS = {f"{SHORT.get(n, n)}_{w}_isqrt_L{d}" for n in NORMS for w in ("warmup", "nowarmup") for d in (6, 18)}
+SEEDS, ONE_SEED = (21, 22, 23, 24, 25), (21,)
+FIRST_EDITION_SEEDS = {1, 2, 3, 4, 5}
+CAP, EPOCH_UPDATES = 1375, 275  # the cap in updates; an epoch of this BPE and batch (docs/measurements.md)
 
 
 @pytest.fixture(scope="module")
@@ -40,33 +32,65 @@ def loaded() -> dict:
     return cfg.load_config([REPO / "config.yaml", PRESET])
 
 
-def test_the_preset_is_the_depth_design(loaded: dict) -> None:
+def depth_in_name(run: str) -> int:
+    return int(run.rsplit("_L", 1)[1])
+
+
+def test_the_preset_is_the_atlas_design(loaded: dict) -> None:
     x, study = cfg.experiment(loaded), cfg.experiment(cfg.load_config([REPO / "config.yaml",
                                                                        REPO / "presets" / "study-cpu.yaml"]))
-    assert set(SHORT) <= set(NORMS) and SECOND_LR < study.runs["postln_warmup_isqrt"].optim.lr_max
-    assert set(x.select) == RUNS and len(x.select) == 32
+    assert len(NORMS) == 11 and set(x.select) == RUNS and len(x.select) == 44
     assert x.depths == (6, 18)
+    ref = study.runs["postln_warmup_isqrt"]
     for run in x.select:
         s = x.runs[run]
-        assert x.seeds_of(run) == ((1, 2, 3, 4, 5) if five_seeds(run, s.model.norm) else (1, 2, 3)), run
         depth = depth_in_name(run)
+        five = depth == 18 or run == "postln_warmup_isqrt_L6"
+        assert x.seeds_of(run) == (SEEDS if five else ONE_SEED), run
+        assert not set(x.seeds_of(run)) & FIRST_EDITION_SEEDS
         assert (s.model.encoder_layers, s.model.decoder_layers) == (depth, depth)
-        assert SHORT[s.model.norm] == run.split("_")[0] and s.schedule.warmup == ("_warmup_" in run)
-        assert s.schedule.decay == "isqrt"
-        ref = study.runs["postln_warmup_isqrt"]
+        assert SHORT.get(s.model.norm, s.model.norm) == run.split("_warmup")[0].split("_nowarmup")[0]
+        assert s.schedule.warmup == ("_warmup_" in run) and s.schedule.decay == "isqrt"
         assert (s.model.d_model, s.model.ffn_dim, s.model.heads) == (ref.model.d_model, ref.model.ffn_dim,
                                                                         ref.model.heads)
-        lr = SECOND_LR if run.endswith(SUFFIX) else ref.optim.lr_max
-        assert (s.optim.lr_max, s.train.max_tokens) == (lr, ref.train.max_tokens)
-        assert s.schedule.warmup_updates == ref.schedule.warmup_updates
-    assert x.epochs >= 3
+        assert (s.optim.lr_max, s.train.max_tokens) == (ref.optim.lr_max, ref.train.max_tokens)
+        assert s.schedule.warmup_updates == s.schedule.anchor_updates == ref.schedule.warmup_updates
+        assert x.epochs * EPOCH_UPDATES == CAP and s.train.max_updates == 0
+    assert sum(len(x.seeds_of(r)) for r in x.select) == 136
     assert x.eval.splits["valid"].beam == 1 and x.eval.splits["valid"].scored(x.epochs) == tuple(range(1, x.epochs + 1))
     assert x.eval.splits["test"].beam == 5 and x.eval.splits["test"].scored(x.epochs) == (x.epochs,)
     assert x.eval.valid_bleu_floor is not None and x.eval.valid_bleu_floor > 0
-    assert x.analysis.gradinit.depths == (6, 12, 18) and len(x.analysis.gradinit.seeds) == 3
-    for key in ("model", "epochs", "seeds", "gradinit", "eval.splits.test", "lr_max", "lr_max_second", "budget"):
+    assert x.analysis.gradinit.depths == (6, 12, 18) and set(x.analysis.gradinit.norms) == set(NORMS)
+    for key in ("model", "epochs", "seeds", "gradinit", "eval.splits.test", "diverge_loss", "budget"):
         assert key in loaded["scaling"], key
     assert "mirror" not in PRESET.read_text().split("name: depth-cpu", 1)[1]
+
+
+def test_divergence_can_fire_and_the_stop_is_the_rules(loaded: dict) -> None:
+    """diverge_loss lies above anything a unit that recovers logged (ln V is 8.29 nats at 4,000 types) and far below
+    the schema's default, and it is the 4 ln V the preset's rule states."""
+    x = cfg.experiment(loaded)
+    loss = {x.runs[r].train.diverge_loss for r in x.select}
+    vocab = loaded["defaults"]["bpe"]["vocab_size"]
+    assert loss == {33.0} and round(4 * math.log(vocab)) == 33
+    assert "train.diverge_loss = 33 nats (4 ln V" in PRESET.read_text()
+
+
+def test_the_rule_the_preset_states_is_the_fates_module() -> None:
+    """The preset's comment and docs/outputs.md state the fate rule's constants; lnrepro.analysis.fates is the
+    rule: one fact."""
+    text = " ".join(line.lstrip("# ").strip() for line in PRESET.read_text().splitlines() if line.startswith("#"))
+    assert f"NLL above ln V after update {fates.RULE_START}" in text
+    assert f"within {fates.RECOVERY} updates" in text
+    assert f"last {fates.WINDOW} updates above H - {fates.STALL_MARGIN:g} nats" in text
+    assert f"fewer than {fates.DISTINCT_SHARE:.0%} of the validation hypotheses" in text
+    assert f"at or below {fates.SPEED_TARGET:g} nats" in text
+    assert f"every unit trains {CAP:,} updates" in text
+    docs = " ".join((REPO / "docs" / "outputs.md").read_text(encoding="utf-8").split())
+    assert (f"NLL above ln V after update {fates.RULE_START} not back below H within {fates.RECOVERY} updates"
+            in docs)
+    assert f"the last {fates.WINDOW} updates above H - {fates.STALL_MARGIN:g};" in docs
+    assert f"fewer than {fates.DISTINCT_SHARE:.0%} of the validation hypotheses" in docs
 
 
 def test_each_run_builds_the_model_of_its_own_depth(loaded: dict) -> None:
@@ -76,7 +100,7 @@ def test_each_run_builds_the_model_of_its_own_depth(loaded: dict) -> None:
 
     x = cfg.experiment(loaded)
     for depth in (6, 18):
-        rc = x.run_config(f"deepnorm_nowarmup_isqrt_L{depth}", 1)
+        rc = x.run_config(f"deepnorm_nowarmup_isqrt_L{depth}", 21)
         m = rc.model.model_config(vocab_size=100)
         assert (m.encoder_layers, m.decoder_layers) == (depth, depth)
     assert deepnorm_constants("decoder", 18, 18) != deepnorm_constants("decoder", 6, 6)
@@ -93,7 +117,7 @@ def test_the_floor_is_in_the_slice_that_scores_test_beside_valid(loaded: dict) -
 def test_a_floor_needs_valid_wherever_another_split_is_scored(loaded: dict) -> None:
     c = cfg.deep_merge(loaded, {"defaults": {"eval": {"splits": {"valid": {"epochs": [1, "last"]},
                                                                   "test": {"epochs": "all"}}}}})
-    unread = r"defaults\.eval\.valid_bleu_floor: .*valid is not scored at epoch\(s\) \[2\]"
+    unread = r"defaults\.eval\.valid_bleu_floor: .*valid is not scored at epoch\(s\) \[2, 3, 4\]"
     with pytest.raises(LnReproError, match=unread):
         cfg.validate_config(c)
     cfg.validate_config(cfg.deep_merge(c, {"defaults": {"eval": {"valid_bleu_floor": None}}}))
@@ -105,7 +129,7 @@ def test_the_dry_run_lists_every_training_of_both_depths(tmp_path: Path) -> None
     proc = plan(tmp_path, configfiles=(PRESET,))
     out = proc.stdout + proc.stderr
     counts = dict(re.findall(r"^(\w+)\s+(\d+)$", out, flags=re.M))
-    # at 2e-3: 3 variants x 2 depths x 2 warm-up settings x 5 seeds + 3 x 2 x 2 x 3; at 1e-3: 2 x 2 x 2 x 5
+    # 11 variants x 2 warm-up settings: x 5 seeds at 18 layers (110), x 1 at 6 layers but Post-LN with warm-up (26)
     assert counts["train_run"] == "136"
     assert counts["score_checkpoint"] == "136" and counts["score_checkpoint_valid"] == "136"  # valid+test, valid
     assert counts["gradinit"] == "1" and counts["make_report"] == "1"
