@@ -33,7 +33,7 @@ import torch
 import lnrepro.model.transformer as transformer
 from lnrepro.bench.batches import Batch, sample_batches
 from lnrepro.bench.corpus import open_corpus
-from lnrepro.bench.mfu import matmul
+from lnrepro.host import matmul
 from lnrepro.bench.sizes import CONSTANT, OPTIM, SIZES
 from lnrepro.memory import keep_freed_memory
 from lnrepro.model import Transformer

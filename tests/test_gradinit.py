@@ -17,7 +17,6 @@ import torch.nn as nn
 
 from conftest import fake_bpe, tiny_experiment
 from lnrepro.analysis.gradinit import (
-    CSV_COLUMNS,
     STATISTICS,
     TrainBatches,
     gradient_statistics,
@@ -27,8 +26,9 @@ from lnrepro.analysis.gradinit import (
     token_loss,
     warmup_end_checkpoints,
 )
-from lnrepro.analysis.stats.gradinit_fit import FIT_COLUMNS, fit_depths, headline, power_law
+from lnrepro.analysis.stats.gradinit_fit import fit_depths, headline, power_law
 from lnrepro.config import AnalysisSettings, GradinitSettings
+from lnrepro.records import GRADINIT_COLUMNS, GRADINIT_FIT_COLUMNS
 from lnrepro.errors import LnReproError
 from lnrepro.io import atomic_torch_save, atomic_write_json, file_sha256
 from lnrepro.model import Transformer
@@ -100,7 +100,7 @@ def table(tmp_path_factory):
 
 def test_rows_for_every_layer_depth_seed_and_norm(table):
     df, out, _ = table
-    assert list(df.columns) == CSV_COLUMNS
+    assert list(df.columns) == GRADINIT_COLUMNS
     assert pd.read_csv(out).shape == df.shape  # written, and readable back
     assert set(df["norm"]) == set(NORMS) and set(df["seed"]) == {1, 2, 3} and set(df["depth"]) == {2, 3}
     assert set(df["checkpoint"]) == {"init"} and set(df["statistic"]) == set(STATISTICS)
@@ -195,7 +195,7 @@ def test_power_law_recovers_an_exact_exponent_and_its_interval_covers_noise():
 def test_fit_table_from_gradinit_rows(table):
     df, _, fit_csv = table
     fit = pd.read_csv(fit_csv)
-    assert list(fit.columns) == FIT_COLUMNS
+    assert list(fit.columns) == GRADINIT_FIT_COLUMNS
     pd.testing.assert_frame_equal(fit, fit_depths(df).reset_index(drop=True), check_dtype=False, atol=1e-5)
     top = headline(fit).set_index("norm")
     assert set(top.index) == set(NORMS) and set(top["layer"]) == {"last"} and set(top["param"]) == {"fc2"}
@@ -251,7 +251,7 @@ def test_after_warmup_takes_the_first_checkpoint_that_reaches_t_warmup(tmp_path)
     config = exp.gradinit_config(after_warmup=True)
     for seed, own in ((1, manifests[:3]), (2, manifests[3:])):  # one table per seed: that unit's
         df = run_after_warmup(config, tmp_path / "bpe", own, tmp_path / f"aw{seed}.csv", threads=1)
-        assert list(df.columns) == CSV_COLUMNS and set(df["checkpoint"]) == {"after_warmup"}
+        assert list(df.columns) == GRADINIT_COLUMNS and set(df["checkpoint"]) == {"after_warmup"}
         assert set(df["norm"]) == {"post"} and set(df["run"]) == {"postln_warmup_isqrt"} and set(df["epoch"]) == {2}
         assert set(df["seed"]) == {seed} and set(df["updates"]) == {t_warmup + seed - 1} and set(df["depth"]) == {2}
     with pytest.raises(LnReproError, match=r"seeds \[1, 2\]; the table is one unit's"):

@@ -120,7 +120,9 @@ def _publish(a: argparse.Namespace) -> None:
         return
     if len(a.folders) != 2:
         raise LnReproError("name the results tree and the store: lnrepro publish results/{name} published/{name}")
-    outcome = publish(a.folders[0], a.folders[1], a.configfile, _say(a.stage))
+    from .analysis.render.report import make_report
+
+    outcome = publish(a.folders[0], a.folders[1], a.configfile, make_report, _say(a.stage))
     print(outcome.text(a.folders[1]), end="")
     if outcome.damaged:  # what this part could not repair: the store is still not whole
         raise LnReproError(damage_text(a.folders[1], outcome.name, outcome.damaged))

@@ -3,15 +3,16 @@
 Studies run in parts on different machines, and a CPU's model name does not say what it computes with: two
 hosts that both report "AMD EPYC" may be one AVX2-only and one with AVX-512. ``host_identity`` records the
 model name, the vector and matrix extensions the CPU has (``CPU_FLAGS``, from /proc/cpuinfo), the job's thread
-count and an fp32 square matmul peak measured at the job's start (the bench's ``mfu.matmul``, best of a few
-repetitions; about a tenth of a CPU-second). ``host_key`` is the part that decides whether two jobs' costs
+count and an fp32 square matmul peak measured at the job's start (``matmul``, which the bench's MFU times too,
+best of a few repetitions; about a tenth of a CPU-second). ``host_key`` is the part that decides whether two jobs' costs
 compare: the flags and the threads, not the model name (it hides the flags) nor the measured peak (it moves
 with whatever else runs on the machine). Torch is imported only to measure, so the report reads keys without it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import time
+from typing import Any, Callable, Mapping
 
 from .io import cpu_name
 
@@ -35,24 +36,36 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
     return []
 
 
+def matmul(precision: str, n: int, calls: int = 4) -> tuple[Callable[[], object], float]:
+    """(a function running ``calls`` n x n @ n x n matmuls in ``precision``, fp32 or bf16, the FLOPs it does).
+    The operands come from their own generator: the global RNG is not touched."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=g).to(dtype) for _ in range(2))
+    return (lambda: [torch.mm(a, b) for _ in range(calls)]), 2.0 * n ** 3 * calls
+
+
 def matmul_gflops(threads: int, n: int = PEAK_N, reps: int = PEAK_REPS) -> float:
     """GFLOP/s of the fastest of ``reps`` n x n fp32 matmuls at ``threads`` threads (after one untimed call).
     The operands come from their own generator and the thread count is restored: no RNG, no model, no setting of
     the job's is touched, so its results stay bitwise what they are."""
     import torch
 
-    from .bench.mfu import matmul
-    from .bench.timing import timed
-
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         run, flops = matmul("fp32", n, calls=1)
         run()
-        best = min(timed(run)[1] for _ in range(reps))
+        seconds = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            run()
+            seconds.append(time.perf_counter() - t0)
     finally:
         torch.set_num_threads(before)
-    return flops / best / 1e9
+    return flops / min(seconds) / 1e9
 
 
 def host_identity(threads: int) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from .errors import LnReproError
 from .io import file_sha256, open_text, read_json, text_exists
 from .norms import NORMS
 from .paths import RunFolder
-from .records import CheckpointScores, EpochManifest, Record, RunStatus, RunSummary
+from .records import GRADINIT_COLUMNS, CheckpointScores, EpochManifest, Record, RunStatus, RunSummary
 
 R = TypeVar("R", bound=Record)
 
@@ -423,6 +423,28 @@ def check_gradinit(path: str | Path, df: pd.DataFrame, experiment: Experiment, *
         for stack, layers in (("enc", model.encoder_layers), ("dec", model.decoder_layers)):
             check_table(path, df[df["stack"] == stack], {"stack": [stack], "layer": list(range(layers))}, rule=rule,
                         per=["stack"])
+
+
+def read_table(path: Path, columns: list[str]) -> pd.DataFrame | None:
+    """One of the analysis stages' CSV files when present (else None), with at least ``columns``."""
+    if not path.exists():
+        return None
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise LnReproError(f"{path}: not a readable CSV ({e})") from e
+    if not set(columns) <= set(df.columns):
+        raise LnReproError(f"{path}: expected columns {columns}, found {list(df.columns)}")
+    return df
+
+
+def read_after_warmup(path: Path, experiment: Experiment, seed: int) -> pd.DataFrame | None:
+    """The gradinit_after_warmup.csv of ``seed`` of the after-warm-up run at ``path`` (None when absent), checked
+    whole and that seed's (``check_gradinit``)."""
+    after = read_table(path, GRADINIT_COLUMNS)
+    if after is not None:
+        check_gradinit(path, after, experiment, seed=seed)
+    return after
 
 
 def check_gradinit_fit(path: str | Path, fit: pd.DataFrame, experiment: Experiment, norms: Iterable[str]) -> None:

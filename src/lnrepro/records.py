@@ -192,12 +192,14 @@ class CheckpointScores(Record):
     ``eval.valid_bleu_floor``); absent when every split was scored. host: the scoring job's host
     (``lnrepro.host.host_identity``, measured once at the job's start); git_commit, git_dirty: the scoring
     code's checkout (``lnrepro.io.git_commit``; absent outside one); all three absent in a score file of an older
-    lnrepro.
+    lnrepro. hypotheses_sha256: per split, the sha256 of its ``.hyp`` file as written (empty where not decoded),
+    which a publish checks the file against; absent in a score file of an older lnrepro.
     """
 
     STATUSES: ClassVar[tuple[RunStatus, ...]] = EpochManifest.STATUSES
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"model_config", "inputs_sha256", "cpu_s", "job_checkpoints",
-                                                    "skipped", "host", "git_commit", "git_dirty"})
+                                                    "skipped", "host", "git_commit", "git_dirty",
+                                                    "hypotheses_sha256"})
 
     epoch: int
     status: RunStatus
@@ -222,6 +224,7 @@ class CheckpointScores(Record):
     host: dict[str, Any] | None = None
     git_commit: str | None = None
     git_dirty: bool | None = None
+    hypotheses_sha256: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -324,3 +327,14 @@ class RunRecord(Record):
     where_ran: dict[str, Any]
     executions: list[dict[str, Any]] | None = None
     host: dict[str, Any] | None = None
+
+
+# The gradinit stage's tables (lnrepro.analysis.gradinit, lnrepro.analysis.stats.gradinit_fit), which the store
+# and the report read. gradinit.csv: one row per model, weight matrix and statistic; ``checkpoint``: init |
+# after_warmup; ``run``, ``epoch`` and ``updates`` name the checkpoint of an after_warmup row (empty, 0, 0 at init).
+GRADINIT_COLUMNS = ["checkpoint", "norm", "depth", "seed", "stack", "layer", "sublayer", "param", "statistic", "value",
+                    "noise", "d_model", "ffn_dim", "heads", "batches", "max_tokens", "target_tokens",
+                    "label_smoothing", "dropout", "precision", "run", "epoch", "updates"]
+# gradinit_fit.csv: the power law of the last layer's value against depth, per variant, stack, weight, statistic.
+GRADINIT_FIT_COLUMNS = ["norm", "stack", "layer", "param", "statistic", "b", "b_low", "b_high", "c", "depths",
+                        "seeds", "n", "theory_b", "interval", "note"]

@@ -41,13 +41,12 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from .analysis.results import read_after_warmup
 from .config import experiment, load_config
 from .config.settings import Experiment
 from .errors import LnReproError
 from .io import GZ, atomic_directory, exclusive_lock, file_sha256, gzip_bytes, json_text, read_json
 from .paths import EXPERIMENT_JSON, STORE_CONFIG, STORE_INDEX, Paths, RunFolder
-from .integrity import check_run
+from .integrity import check_run, read_after_warmup
 from .records import CheckpointScores, RunRecord
 
 ANALYSIS = ("gradinit.csv", "gradinit_fit.csv")  # under analysis/, stored once
@@ -134,7 +133,7 @@ def record_problems(run_dir: Path, unit: Unit, exp: Experiment, study: dict[str,
     """What is wrong with a finished unit's records in ``run_dir``: records that do not belong together or to this
     run and seed (``integrity.check_run``: run.json and manifests against the config digest the study resolves,
     score files against their manifests' weights and the study's scoring slices; the table after warm-up whole and
-    this seed's: ``analysis.results.read_after_warmup``), config.json not the study's, an
+    this seed's: ``integrity.read_after_warmup``), config.json not the study's, an
     input's digest not the study's (``study``: data and BPE), or a record trained or scored from a checkout with
     uncommitted changes (``git_dirty``).
     Empty when they belong to the study."""
@@ -179,14 +178,22 @@ def record_problems(run_dir: Path, unit: Unit, exp: Experiment, study: dict[str,
 
 def _hypothesis_problems(score: Path, scores: CheckpointScores) -> list[str]:
     """The hypothesis files beside ``score`` whose line count is not the sentences the score file says were decoded
-    (a split not decoded: none): hypotheses cut or replaced after scoring, which BLEU would no longer match."""
+    (a split not decoded: none), or whose digest is not the one the score file recorded when it wrote them (a
+    score file of an older lnrepro records none): hypotheses cut or replaced after scoring, which BLEU would no
+    longer match."""
     out = []
+    again = f"score it again: snakemake --cores all --forcerun {score}"
     for split, result in (scores.splits or {}).items():
         hyp = RunFolder.hypotheses_beside(score, split)
-        lines, expected = hyp.read_bytes().count(b"\n"), result.sentences if result is not None else 0
+        data = hyp.read_bytes()
+        lines, expected = data.count(b"\n"), result.sentences if result is not None else 0
+        recorded = (scores.hypotheses_sha256 or {}).get(split)
         if lines != expected:
             out.append(f"{hyp}: {lines} lines, but {score} scored {expected} sentences of {split}: the hypotheses "
-                       f"were cut or replaced after scoring; score it again: snakemake --cores all --forcerun {score}")
+                       f"were cut or replaced after scoring; {again}")
+        elif recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
+            out.append(f"{hyp}: not the hypotheses {score} recorded (sha256 {recorded[:12]}...): they were "
+                       f"changed after scoring; {again}")
     return out
 
 
@@ -420,17 +427,22 @@ def _resolved_config(configfiles: list[str], part_experiment: dict[str, Any], re
     return config
 
 
-def publish(results: Path, store: Path, configfiles: list[str] | None = None,
+# Builds a store's report from its records: (the store's folder, its experiment, the report folder) -> index.html.
+# The caller passes lnrepro.analysis.render.report.make_report: the store sits below the analysis, which reads it.
+ReportBuilder = Callable[[Path, Experiment, Path], Path]
+
+
+def publish(results: Path, store: Path, configfiles: list[str] | None, report: ReportBuilder,
             say: Callable[[str], None] = print) -> Outcome:
     """Add the finished, fully scored units of the results tree ``results`` (``results/{exp}``) to ``store``, under
     the store's lock (``locked``: ``say`` tells of a wait or a recovery). Stored files that differ from the index
     (``damage``) are written again where the part holds their records with the same identity; what the part cannot
-    repair is in the outcome's ``damaged``."""
+    repair is in the outcome's ``damaged``. A store with a report has it rebuilt by ``report`` with the records."""
     with locked(store, say, create=True) as real:
-        return _publish(Path(results), real, configfiles)
+        return _publish(Path(results), real, configfiles, report)
 
 
-def _publish(results: Path, store: Path, configfiles: list[str] | None) -> Outcome:
+def _publish(results: Path, store: Path, configfiles: list[str] | None, report: ReportBuilder) -> Outcome:
     """``publish`` with the lock held."""
     index = Index.read(store)
     damaged = damage(store, index) if index is not None else {}
@@ -525,9 +537,7 @@ def _publish(results: Path, store: Path, configfiles: list[str] | None) -> Outco
                 outcome.added.append(unit)
         (staging / STORE_INDEX).write_text(index.text(), encoding="utf-8")  # last: the store is whole
         if (store / REPORT).is_dir():  # the store's report follows its records
-            from .analysis.render.report import make_report
-
-            make_report(staging, Experiment.read(staging / EXPERIMENT_JSON), staging / REPORT)
+            report(staging, Experiment.read(staging / EXPERIMENT_JSON), staging / REPORT)
     return outcome
 
 

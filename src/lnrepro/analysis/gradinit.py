@@ -63,13 +63,8 @@ from ..errors import LnReproError
 from ..integrity import check_run
 from ..io import atomic_write_csv
 from ..paths import RunFolder
-from ..records import EpochManifest, RunStatus
+from ..records import GRADINIT_COLUMNS, EpochManifest, RunStatus
 
-# One row per model, weight matrix and statistic. ``checkpoint``: init | after_warmup; ``run``, ``epoch`` and
-# ``updates`` name the checkpoint of an after_warmup row (empty, 0, 0 at init).
-CSV_COLUMNS = ["checkpoint", "norm", "depth", "seed", "stack", "layer", "sublayer", "param", "statistic", "value",
-               "noise", "d_model", "ffn_dim", "heads", "batches", "max_tokens", "target_tokens", "label_smoothing",
-               "dropout", "precision", "run", "epoch", "updates"]
 STATISTICS = ("expected_grad_fro", "mean_grad_norm")
 
 # encoder_layers.3.self_attn.q_proj.weight -> (enc, 3, self_attn, q_proj)   (lnrepro.model's names)
@@ -256,7 +251,7 @@ class _Job:
 
 
 def _write(rows: list[dict[str, Any]], out_csv: Path) -> pd.DataFrame:
-    df = pd.DataFrame(rows, columns=CSV_COLUMNS)
+    df = pd.DataFrame(rows, columns=GRADINIT_COLUMNS)
     if not np.isfinite(df[["value", "noise"]].to_numpy(dtype=float)).all():
         # a non-finite gradient at init is a bug or a broken input, not a result to plot
         raise LnReproError("gradinit: non-finite gradient statistic")
@@ -267,7 +262,7 @@ def _write(rows: list[dict[str, Any]], out_csv: Path) -> pd.DataFrame:
 def run_gradinit(config: GradinitConfig, bpe_dir: Path, out_csv: Path, threads: int,
                  fit_csv: Path | None = None, device: str = DEFAULT_DEVICE) -> pd.DataFrame:
     """For each seed, depth and norm variant of ``analysis.gradinit`` (``measured_norms``): a freshly initialized
-    model on the seed's K training batches, on ``device`` (cpu | cuda). Writes ``out_csv`` (columns CSV_COLUMNS)
+    model on the seed's K training batches, on ``device`` (cpu | cuda). Writes ``out_csv`` (columns GRADINIT_COLUMNS)
     and, when given, ``fit_csv`` (the fit over depths, lnrepro.analysis.stats.gradinit_fit); returns the table."""
     import torch
     from tqdm import tqdm

@@ -21,12 +21,10 @@ import pandas as pd
 
 from ..config.settings import Experiment
 from ..errors import LnReproError
-from ..integrity import check_gradinit, check_gradinit_fit, check_run, rewrite
+from ..integrity import check_gradinit, check_gradinit_fit, check_run, read_after_warmup, read_table, rewrite
 from ..io import read_json
 from ..paths import Paths
-from ..records import CheckpointScores, EpochManifest, RunSummary
-from .gradinit import CSV_COLUMNS as GRADINIT_COLUMNS
-from .stats.gradinit_fit import FIT_COLUMNS
+from ..records import GRADINIT_COLUMNS, GRADINIT_FIT_COLUMNS, CheckpointScores, EpochManifest, RunSummary
 
 
 
@@ -96,28 +94,6 @@ def _read_seed(exp_dir: Path, paths: Paths, experiment: Experiment, run: str, se
         steps=log.steps if log else {}, lrs=log.lrs if log else {})
 
 
-def _analysis_csv(path: Path, columns: list[str]) -> pd.DataFrame | None:
-    """One of the analysis stage's CSV files when present (else None), with at least ``columns``."""
-    if not path.exists():
-        return None
-    try:
-        df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise LnReproError(f"{path}: not a readable CSV ({e})") from e
-    if not set(columns) <= set(df.columns):
-        raise LnReproError(f"{path}: expected columns {columns}, found {list(df.columns)}")
-    return df
-
-
-def read_after_warmup(path: Path, experiment: Experiment, seed: int) -> pd.DataFrame | None:
-    """The gradinit_after_warmup.csv of ``seed`` of the after-warm-up run at ``path`` (None when absent), checked
-    whole and that seed's (``integrity.check_gradinit``)."""
-    after = _analysis_csv(path, GRADINIT_COLUMNS)
-    if after is not None:
-        check_gradinit(path, after, experiment, seed=seed)
-    return after
-
-
 def _read_gradinit(exp_dir: Path, paths: Paths, experiment: Experiment
                    ) -> tuple[pd.DataFrame | None, pd.DataFrame | None, str]:
     """analysis/gradinit.csv with the rows of each seed's gradinit_after_warmup.csv appended when the experiment
@@ -127,7 +103,7 @@ def _read_gradinit(exp_dir: Path, paths: Paths, experiment: Experiment
     def local(path: str) -> Path:
         return exp_dir / Path(path).relative_to(paths.root)
 
-    gi = _analysis_csv(local(paths.gradinit_csv), GRADINIT_COLUMNS)
+    gi = read_table(local(paths.gradinit_csv), GRADINIT_COLUMNS)
     if gi is None:
         return None, None, f"not computed (no {Path(paths.gradinit_csv).relative_to(paths.root)})"
     check_gradinit(local(paths.gradinit_csv), gi, experiment)
@@ -136,7 +112,7 @@ def _read_gradinit(exp_dir: Path, paths: Paths, experiment: Experiment
         after = read_after_warmup(local(paths.gradinit_after_warmup_csv(run, seed)), experiment, seed)
         if after is not None:
             gi = pd.concat([gi, after], ignore_index=True)
-    fit = _analysis_csv(local(paths.gradinit_fit_csv), FIT_COLUMNS)
+    fit = read_table(local(paths.gradinit_fit_csv), GRADINIT_FIT_COLUMNS)
     if fit is not None:
         check_gradinit_fit(local(paths.gradinit_fit_csv), fit, experiment, norms=set(gi["norm"]))
     return gi, fit, ""

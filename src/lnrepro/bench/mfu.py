@@ -1,7 +1,7 @@
 """Model FLOP utilization: the training step's model FLOP/s over the matmul peak measured in the same run.
 
-The peak is what this machine gives one large square matmul at the bench's thread count, not a datasheet
-number: the ceiling the training step could reach with its matmuls alone. It is timed inside every round of
+The peak is what this machine gives one large square matmul (``lnrepro.host.matmul``, the one every job's host
+record times) at the bench's thread count, not a datasheet number: the ceiling the training step could reach with its matmuls alone. It is timed inside every round of
 the training pair (project, reference, peak), so numerator and denominator see the same machine load and
 MFU is taken per repetition. Model FLOPs are ``Transformer.flops_per_batch`` on the unpadded tokens
 (batches.Batch.flops), the same count for project and reference since both have the same shape.
@@ -9,20 +9,7 @@ MFU is taken per repetition. Model FLOPs are ``Transformer.flops_per_batch`` on 
 
 from __future__ import annotations
 
-from typing import Callable
-
-import torch
-
 from .timing import summary
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def matmul(precision: str, n: int, calls: int = 4) -> tuple[Callable[[], object], float]:
-    """(a function running ``calls`` n x n @ n x n matmuls in ``precision``, the FLOPs it does)."""
-    g = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(n, n, generator=g).to(DTYPES[precision]) for _ in range(2))
-    return (lambda: [torch.mm(a, b) for _ in range(calls)]), 2.0 * n ** 3 * calls
 
 
 def add_mfu(rows: list[dict]) -> dict[str, dict]:

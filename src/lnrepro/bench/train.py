@@ -50,7 +50,7 @@ def measure_training(corpus: Corpus, sizes: list[Size], precisions: list[str], r
     clean of batch-to-batch variation; the spread of tokens/s includes it. With ``peak_n``, every round also
     times the n x n matmul of the precision (mfu.py), third.
     """
-    from .mfu import matmul
+    from ..host import matmul
 
     rows = []
     for size in sizes:

@@ -24,10 +24,9 @@ import pandas as pd
 
 from ...norms import NORMS
 from ...io import atomic_write_csv
+from ...records import GRADINIT_FIT_COLUMNS
 from .budget import t_quantile
 
-FIT_COLUMNS = ["norm", "stack", "layer", "param", "statistic", "b", "b_low", "b_high", "c", "depths", "seeds", "n",
-               "theory_b", "interval", "note"]
 INTERVAL = "OLS 95% t interval (df = n - 2), seeds as replicates"
 THEORY_B = {"post": 0.0, "pre": -0.5}  # Theorem 1 for the last FFN's W^2; none for other variants
 HEADLINE = {"stack": "dec", "layer": "last", "param": "fc2", "statistic": "expected_grad_fro"}  # Figure 3(c)
@@ -77,7 +76,7 @@ def power_law(depths: np.ndarray, values: np.ndarray, level: float = 0.95) -> tu
 
 def fit_depths(gi: pd.DataFrame) -> pd.DataFrame:
     """One row per norm variant, stack, FFN matrix (and parameter of the variant's own residual modules) and
-    statistic: the power law of the last layer's value against depth at initialization (columns FIT_COLUMNS; the
+    statistic: the power law of the last layer's value against depth at initialization (columns GRADINIT_FIT_COLUMNS; the
     Figure 3(c) row is HEADLINE's); NaN with its ``note`` where a value is 0 (``UNDEFINED``)."""
     last = last_layer(init_rows(gi))
     rows = []
@@ -99,7 +98,7 @@ def fit_depths(gi: pd.DataFrame) -> pd.DataFrame:
                                  "depths": ";".join(map(str, sorted(g["depth"].unique()))),
                                  "seeds": ";".join(map(str, sorted(g["seed"].unique()))), "n": len(g),
                                  "theory_b": THEORY_B.get(norm, np.nan), "interval": INTERVAL, "note": note})
-    return pd.DataFrame(rows, columns=FIT_COLUMNS)
+    return pd.DataFrame(rows, columns=GRADINIT_FIT_COLUMNS)
 
 
 def headline(fit: pd.DataFrame) -> pd.DataFrame:
