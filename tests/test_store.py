@@ -3,6 +3,7 @@ from its own fresh working directory, against one run of both seeds; every refus
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -256,10 +257,15 @@ def test_refuses_a_record_failing_its_digest(parts: dict[str, Path], tmp_path: P
 
 
 def test_refuses_a_stored_unit_with_another_identity(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
-    """Seed 1 again with one hypothesis changed: the message names the file that differs."""
+    """Seed 1 again with one hypothesis changed (and its score file recording the change, as a rescoring that
+    decoded otherwise would): the message names the file that differs."""
     results = _results_copy(parts["one"], tmp_path)
     hyp = results / "runs" / "postln_warmup_isqrt" / "seed1" / "eval" / "epoch002.test.hyp"
     hyp.write_text("another hypothesis\n" + hyp.read_text().split("\n", 1)[1])
+    score = hyp.parent / "epoch002.json"
+    record = json.loads(score.read_text())
+    record["hypotheses_sha256"]["test"] = hashlib.sha256(hyp.read_bytes()).hexdigest()
+    score.write_text(json_text(record))
     out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
     assert "postln_warmup_isqrt seed 1 is already stored with another identity; these records differ: " in out
     assert str(hyp) in out
@@ -515,6 +521,18 @@ def test_refuses_hypotheses_cut_after_scoring(parts: dict[str, Path], tmp_path: 
     out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
     assert (f"{hyp}: {len(lines) // 10} lines, but {hyp.parent / 'epoch002.json'} scored {len(lines)} sentences of "
             "test: the hypotheses were cut or replaced after scoring") in out
+
+
+def test_refuses_hypotheses_replaced_after_scoring(parts: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """A part whose test hypotheses were replaced line for line: the line count agrees, the digest the score file
+    recorded does not."""
+    results = _results_copy(parts["two"], tmp_path)
+    hyp = results / "runs" / "preln_nowarmup_step8" / "seed2" / "eval" / "epoch002.test.hyp"
+    lines = hyp.read_text().splitlines(keepends=True)
+    hyp.write_text("".join(reversed(lines)) if len(set(lines)) > 1 else "x\n" * len(lines))
+    out = _refused(parts, _store_copy(parts, tmp_path), results, capsys)
+    assert (f"{hyp}: not the hypotheses {hyp.parent / 'epoch002.json'} recorded (sha256 ") in out
+    assert "they were changed after scoring; score it again" in out
 
 
 def test_refuses_records_with_no_commit(parts: dict[str, Path], tmp_path: Path, capsys) -> None:

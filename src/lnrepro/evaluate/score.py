@@ -248,6 +248,17 @@ def check_slice(eval_json: Path, expected: str | None) -> None:
             f"snakemake writes it again from the configuration, or set the change in the config files instead")
 
 
+def _write_hypotheses(out_json: Path, hypotheses: dict[str, list[str]]) -> dict[str, str]:
+    """Write each split's hypotheses beside the score file ``out_json``; their files' digests, by split, which the
+    score file records so that a publish can tell hypotheses changed after scoring."""
+    written = {}
+    for split, hyps in hypotheses.items():
+        path = RunFolder.hypotheses_beside(out_json, split)
+        atomic_write_lines(path, hyps)
+        written[split] = file_sha256(path)
+    return written
+
+
 def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, prepared_dir: Path,
                       out_jsons: list[Path], threads: int, device: str = DEFAULT_DEVICE,
                       eval_sha256: str | None = None) -> list[CheckpointScores]:
@@ -302,10 +313,9 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
 
         if m.status != RunStatus.OK:
             # diverged (or stopped early): nothing to decode; the declared .hyp outputs exist and are empty
-            for split in splits:
-                atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), [])
+            written = _write_hypotheses(out_json, {split: [] for split in splits})
             record = CheckpointScores(**common, splits={split: None for split in splits}, inputs_sha256=inputs,
-                                      **cost())
+                                      hypotheses_sha256=written, **cost())
         else:
             check_bpe(m, manifest, bpe_dir)
             model = load_model(m.weights_file(RunFolder.of_manifest(manifest).root, manifest), device=torch_device)
@@ -316,11 +326,10 @@ def score_checkpoints(manifests: list[Path], eval_json: Path, bpe_dir: Path, pre
                     read_sha256 = {f.name: file_sha256(f) for f in read}
                     check_references(bpe_dir, prepared_dir, splits, read_sha256)
             scores = score(model, settings, data[vocab], label=f"epoch{m.epoch:03d}")
-            for split, hyps in scores.hypotheses.items():
-                atomic_write_lines(RunFolder.hypotheses_beside(out_json, split), hyps)
+            written = _write_hypotheses(out_json, scores.hypotheses)
             record = CheckpointScores(**common, model_config=dataclasses.asdict(model.cfg), splits=scores.splits,
                                       inputs_sha256={**inputs, **read_sha256}, skipped=scores.skipped or None,
-                                      **cost())
+                                      hypotheses_sha256=written, **cost())
         record.write(out_json)
         records.append(record)
     return records
