@@ -13,6 +13,7 @@ import pytest
 from fixtures_grids import demo_with_grids, grid_run
 from lnrepro import config
 from lnrepro.analysis.stats import budget as bu
+from lnrepro.analysis.numbers import sig
 from lnrepro.analysis.sections import claims as cl
 from lnrepro.analysis.stats import effects as ef
 from lnrepro.config.settings import ReportSettings
@@ -233,7 +234,7 @@ def test_sentences_are_filled_in_from_the_tables(claims):
     row = claims.reset_index().set_index("id", drop=False).loc["figure4_postln_bleu"]
     s = cl.claim_sentence(row)
     assert s.startswith("Post-LN with warm-up and inverse-sqrt decay reaches about 34 validation BLEU (Figure 4")
-    assert f"measured {cl.fmt(row['measured'])} (95% interval {cl.fmt(row['ci_low'])} to" in s
+    assert f"measured {sig(row['measured'])} (95% interval {sig(row['ci_low'])} to" in s
     assert s.endswith(": reproduced.")
     fit = evidence(paper_epochs()).fits[("valid_bleu_tok", "epoch 20")]
     fig = cl.published()["figure4"]

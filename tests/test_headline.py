@@ -1,4 +1,4 @@
-"""The Answer's headline (lnrepro.analysis.sections.headline): three to five sentences a researcher can quote."""
+"""The Answer's headline (lnrepro.analysis.render.headline): three to five sentences a researcher can quote."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from lnrepro.analysis.build import build
 from lnrepro.analysis.results import read_results
-from lnrepro.analysis.sections import headline as hl
+from lnrepro.analysis.render import headline as hl
 from lnrepro.analysis.sections.tuned import BRACKETED, ONE_VALUE
 from lnrepro.analysis.stats import equivalence as eq
 from lnrepro.config.settings import Experiment

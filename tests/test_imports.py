@@ -130,6 +130,23 @@ def test_the_packages_import_one_way():
     assert not found, "imports back up between packages: " + "; ".join(map(" <-> ".join, found))
 
 
+def test_the_analysis_imports_one_way():
+    """Inside lnrepro.analysis the records (results, fates) lie below the aggregate (aggregate, tables, pair), the
+    aggregate below the statistics (stats/), the statistics below the sections (sections/, study), the sections
+    below the orchestration (build) and the rendering (render/); the formatting helpers (numbers) and the
+    intervals' t quantile (intervals) lie below them all. No cycle between these units, and none of them imports
+    one of a higher floor."""
+    units = collapsed(import_graph(), "lnrepro.analysis")
+    found = cycles(units)
+    assert not found, "imports back up inside the analysis: " + "; ".join(map(" <-> ".join, found))
+    floors = [("results", "fates", "numbers", "intervals"), ("aggregate", "tables", "pair"), ("stats",),
+              ("sections", "study"), ("build", "gradinit", "store_fates"), ("render",)]
+    floor = {f"lnrepro.analysis.{name}": i for i, names in enumerate(floors) for name in names}
+    assert set(units) <= set(floor), sorted(set(units) - set(floor))
+    upward = sorted((a, b) for a, targets in units.items() for b in targets if floor[b] > floor[a])
+    assert not upward, f"imports of a higher floor: {upward}"
+
+
 def test_a_package_importing_back_up_is_found():
     """The check itself: one low module importing the analysis closes a cycle between the packages, though no
     cycle of modules."""

@@ -16,14 +16,17 @@ import pandas as pd
 from ..config.settings import Experiment
 from ..host import host_key
 from ..records import Record, RunStatus
-from .stats.budget import COST
-from .sections.confounds import HOST_FREE_UNIT
+from .intervals import t_quantile
 from .results import Results, SeedResults
 
 # Scores read per split from eval/epochNNN.json "splits": {split: {...}}.
 SPLIT_METRICS = ("loss", "nll", "loss_base2", "nll_base2", "bleu_tok", "sacrebleu")
 # Fields of a train.jsonl record that are scalars of the training curve.
 TRAIN_SCALARS = ("loss", "nll", "lr", "grad_norm", "tokens_per_s", "wall_s", "attempt")
+
+COST = "train_cpu_s"  # the report's cost: training CPU-seconds
+# How cost compares across hosts, whose CPU-seconds differ.
+HOST_FREE_UNIT = "updates and epochs"
 
 # A checkpoint's status in the tables: the records' (lnrepro.records.RunStatus: ok, diverged, stopped), or the
 # report's own for work not done yet.
@@ -237,7 +240,7 @@ def cost_spread(wallclock: pd.DataFrame) -> pd.DataFrame:
     """tables/cost_spread.csv: per run with two or more trained seeds, the seeds' wall-clock and CPU-seconds per
     update (the same work: every seed of a run trains as many updates of the same sizes), smallest and largest,
     and each spread (largest over smallest, minus 1). Wall-clock moves with what else runs on the machine; the
-    report compares equal cost in CPU time (``budget.COST``) and shows this spread instead of a target on it."""
+    report compares equal cost in CPU time (``aggregate.COST``) and shows this spread instead of a target on it."""
     rows = []
     for run, g in wallclock.groupby("run", sort=False):
         wall, cpu = g["s_per_update"].dropna(), g["cpu_s_per_update"].dropna()
@@ -468,8 +471,6 @@ def convergence_table(epochs: pd.DataFrame, experiment: Experiment, split: str, 
     ``window`` scored epochs (every seed finished there) with its 95% interval, relative to the window's mean,
     and its label by ``convergence_rule``; ``lr_cut`` names the step decay that cut its learning rate before
     the window ends ("" for none)."""
-    from .stats.budget import t_quantile
-
     col = f"{split}_nll_base2"
     rows = []
     for run in experiment.select:

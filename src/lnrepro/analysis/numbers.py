@@ -1,4 +1,5 @@
-"""How the report writes a number: as a reader writes one in a results section, not as the CSVs keep it.
+"""How the report writes a number or a variant: as a reader writes one in a results section, not as the CSVs keep
+it. The one module of formatting helpers that the statistics, sections and rendering import.
 
 At most three significant digits (``sig``), an interval as ``0.02 [−0.70, 0.75]`` with its ends at two significant
 digits unless more are needed to tell them apart and the estimate to the ends' precision (``interval``), and a
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import math
 import re
+
+from ..norms import NORMS
 
 MINUS = "\u2212"
 DIGITS = 3  # significant digits of a number on its own
@@ -70,6 +73,11 @@ def interval(v: float, lo: float, hi: float) -> str:
 
 
 # A sentence ends at a full stop followed by a capital: "0.809" and "lr_max 0.002," stay whole.
+def norm_label(norm: str) -> str:
+    """A norm variant as the registry labels it ("Post-LN"); an unregistered one by its name."""
+    return NORMS[norm].label if norm in NORMS else norm
+
+
 SENTENCE_END = re.compile(r"(?<=[.])\s+(?=[A-Z(])")
 
 

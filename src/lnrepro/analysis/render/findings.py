@@ -20,8 +20,8 @@ import pandas as pd
 from .. import aggregate as ag
 from ..stats import budget as bu
 from ..stats import effects as ef
-from ..numbers import interval
-from .claims import claim_sentence, fmt, norm_label
+from ..numbers import interval, norm_label, sig
+from ..sections.claims import claim_sentence
 
 if TYPE_CHECKING:
     from ..build import ReportData
@@ -39,8 +39,8 @@ def _ci(v: float, lo: float, hi: float, what: str = "95% interval") -> str:
     if math.isnan(v):
         return "—"
     if math.isnan(lo):
-        return f"{fmt(v)} (no interval: fewer than two seeds)"
-    return f"{fmt(v)} ({what} {fmt(lo)} to {fmt(hi)})"
+        return f"{sig(v)} (no interval: fewer than two seeds)"
+    return f"{sig(v)} ({what} {sig(lo)} to {sig(hi)})"
 
 
 def schedule_words(data: ReportData, run: str) -> str:
@@ -105,7 +105,7 @@ def gap_headline(data: ReportData) -> str:
     d, lo, hi, _ = ef.welch(x, y)
     labels = [norm_label(data.experiment.runs[r].model.norm) for r in (high, low)]
     ci = ", 95% Welch interval" if math.isfinite(lo) else ", no interval with one seed in an arm"
-    return (f"At epoch {last}, {labels[0]} reaches {fmt(y.mean())} validation BLEU and {labels[1]} {fmt(x.mean())}: "
+    return (f"At epoch {last}, {labels[0]} reaches {sig(y.mean())} validation BLEU and {labels[1]} {sig(x.mean())}: "
             f"a gap of {'+' if d > 0 else ''}{interval(d, lo, hi)} BLEU{ci}.")
 
 
@@ -191,8 +191,8 @@ def _stability(data: ReportData) -> list[str]:
     fates = s.seed_fates[(s.seed_fates["budget"] == s.last)]
     bad, good = fates[fates["fate"] == bu.DID_NOT_TRAIN], fates[fates["fate"] == bu.TRAINED]
     if len(bad) and len(good):
-        out.append(f"At {s.last} the seeds that did not train reach {fmt(bad['bleu'].min())} to "
-                   f"{fmt(bad['bleu'].max())} BLEU, the others {fmt(good['bleu'].min())} to {fmt(good['bleu'].max())}.")
+        out.append(f"At {s.last} the seeds that did not train reach {sig(bad['bleu'].min())} to "
+                   f"{sig(bad['bleu'].max())} BLEU, the others {sig(good['bleu'].min())} to {sig(good['bleu'].max())}.")
     conv = agg.convergence[agg.convergence["label"].astype(str) != ""]
     if len(conv):
         groups = conv.groupby("label", sort=False)["run"].apply(list).to_dict()

@@ -19,9 +19,10 @@ import pandas as pd
 from ..aggregate import ANNEALED, CONVERGED, IMPROVING, UNDETERMINED, WORSENING
 from ..numbers import sig, signed
 from ..stats import equivalence as eq
+from ..pair import FIGURE4
 from ..stats.budget import epoch_label
-from .answer import FIGURE4, REACHED, Answer, annealed_at, level_text, main_path, middle_fraction
-from .tuned import BRACKETED, EDGE_DOWN, EDGE_UP, NOT_SCORED, ONE_VALUE
+from ..sections.answer import REACHED, Answer, annealed_at, level_text, main_path, middle_fraction
+from ..sections.tuned import BRACKETED, EDGE_DOWN, EDGE_UP, NOT_SCORED, ONE_VALUE
 
 if TYPE_CHECKING:
     from ...config.settings import Experiment

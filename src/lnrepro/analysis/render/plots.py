@@ -29,10 +29,10 @@ from ...io import atomic_write_bytes  # noqa: E402
 from ...norms import NORMS  # noqa: E402
 from .. import DEPTH_FIGURES, FIGURES  # noqa: E402
 from ..stats.budget import COST, DIVERGED, OK  # noqa: E402
-from ..sections.claims import PaperMark, norm_label  # noqa: E402
+from ..sections.claims import PaperMark  # noqa: E402
 from ..stats.effects import LEVEL_WORDS, LEVELS, TERMS  # noqa: E402
 from ..stats.gradinit_fit import HEADLINE, headline, init_rows, last_layer, series_label  # noqa: E402
-from ..numbers import sig  # noqa: E402
+from ..numbers import norm_label, sig  # noqa: E402
 from .views import SPLIT_WORDS, names  # noqa: E402
 
 if TYPE_CHECKING:

@@ -43,14 +43,14 @@ from ...paper import DEVIATIONS
 from ...paths import ANSWER_MD
 from .. import aggregate as ag
 from ..stats import budget as bu
-from ..sections import findings as fi
 from ..sections import answer as an
-from ..sections import headline as hl
 from ..stats import equivalence as eq
 from ..sections import tuned as tu
+from . import findings as fi
+from . import headline as hl
 from . import views as vw
 from ..build import ReportData, build
-from ..sections.claims import STATUSES, fmt
+from ..sections.claims import STATUSES
 from ..sections.depth import OPEN
 from ..sections.confounds import flatten, write_confounds
 from .deviations import config_deviations, recipe_notes, unstated_rows
@@ -235,7 +235,7 @@ def _effects(page: Page) -> dict[str, Any]:
     controlled = fi.findings(page.data)[1].sentences
     return {"finding": " ".join([*controlled[:1], fi.norm_headline(page.data)]),
             "s": s, "target_fraction": f"{s.settings.target_fraction:.0%}",
-            "target": fmt(s.target_bleu),
+            "target": sig(s.target_bleu),
             "length_rule": bu.length_rule(page.experiment.lengths),
             "design": s.design.rename(columns={f: f"{f} (-1 {lo}, +1 {hi})" for f, (lo, hi) in LEVEL_WORDS.items()}),
             "cells": vw.cells_view(s.cells, page.experiment.select), "effects": vw.effects_view(s.effects),

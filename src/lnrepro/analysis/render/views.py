@@ -17,7 +17,6 @@ from ...config.settings import FACTOR_KEYS, Experiment
 from ...norms import NORMS
 from .. import aggregate as ag
 from ..numbers import END_DIGITS, interval, sig, signed
-from ..sections.claims import fmt
 from ..sections.confounds import differing_keys, flatten
 
 
@@ -156,7 +155,7 @@ def convergence_view(conv: pd.DataFrame) -> pd.DataFrame:
     for r in conv.itertuples():
         rows.append({"run": r.run, "epochs": r.epochs if isinstance(r.epochs, str) else "—",
                      "seeds": r.n_seeds, "NLL first → last": "—" if pd.isna(r.nll_first) else
-                     f"{fmt(r.nll_first)} → {fmt(r.nll_last)}",
+                     f"{sig(r.nll_first)} → {sig(r.nll_last)}",
                      "slope (bits/epoch)": interval_cell(r.slope, r.slope_low, r.slope_high),
                      "relative slope (%/epoch)": interval_cell(100 * r.rel_slope, 100 * r.rel_low, 100 * r.rel_high),
                      "learning rate cut": r.lr_cut or "—", "label": r.label or "fewer scored epochs than the window"})

@@ -12,7 +12,7 @@ are ``analysis.report``'s (``quality_fractions``, ``useful_fraction``, ``converg
   validation loss's drop below the pair's start (the higher of the two arms' first-checkpoint seed means). Its
   targets are ``quality_fractions`` of the lower arm's final seed mean; when the lower arm's final quality is
   below ``useful_fraction`` of the higher arm's (a failed arm), of the higher arm's instead. Each seed's epoch,
-  updates, training CPU time (the report's cost, ``budget.COST``) and wall-clock at a target are interpolated
+  updates, training CPU time (the report's cost, ``aggregate.COST``) and wall-clock at a target are interpolated
   linearly between its two scored checkpoints
   around the first crossing; a target already met at the first scored checkpoint gives that checkpoint, marked
   ``censored`` (an upper bound). An arm reaches a target when every one of its seeds does, else "not reached"
@@ -45,15 +45,15 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ...config.settings import FACTOR_KEYS, Experiment, ReportSettings
+from ...config.settings import Experiment, ReportSettings
 from ..aggregate import (ANNEALED, CONVERGED, IMPROVING, STATUS_MISSING, UNDETERMINED, WORSENING, slope_fit,
                          slope_label, step_cuts)
 from ..numbers import interval, sig
+from ..pair import FACTORS, FIGURE4, Pair, figure4_pair, seed_values
 from ..stats.budget import COST, LEVEL, OK, mean_interval
 from ..stats.effects import welch
 from ..tables import grid_of
 
-FACTORS = tuple(FACTOR_KEYS)  # norm, warmup, decay
 MEASURES = ("epochs", "updates", COST, "train_wall_s")  # what a time to quality is counted in
 # their epoch-table columns (every measure but the epochs is a column of its own name)
 MEASURE_COLUMNS = {m: "epoch" if m == "epochs" else m for m in MEASURES}
@@ -69,7 +69,6 @@ ENDPOINT_COLUMNS = ["run", "metric", "epochs", "n_seeds", "last", "slope", "slop
 ENDPOINT_GAP_COLUMNS = ["pair", "metric", "epoch", "gap", "ci_low", "ci_high", "slope_from", "slope_to", "horizon",
                         "could_change", "could_change_sign"]
 REACHED, NOT_REACHED = "reached", "not reached"
-FIGURE4 = "figure4"
 
 # A factor's change along a path, in words (the low arm's level -> the high arm's).
 _LEVEL_TEXT = {"norm": {"post": "Post-LN", "pre": "Pre-LN"}, "warmup": {True: "warm-up", False: "no warm-up"},
@@ -86,16 +85,6 @@ def level_text(factor: str, level: Any) -> str:
 def step_text(factor: str, a: Any, b: Any) -> str:
     """"warm-up -> no warm-up"."""
     return f"{level_text(factor, a)} -> {level_text(factor, b)}"
-
-
-@dataclass(frozen=True)
-class Pair:
-    """Two selected runs compared: ``name`` (figure4, or "from > to"), the factors that differ."""
-
-    name: str
-    from_run: str
-    to_run: str
-    factors: tuple[str, ...]
 
 
 @dataclass
@@ -135,21 +124,6 @@ def ratio_interval(ratios: Sequence[float], level: float = LEVEL) -> tuple[float
 
 
 # --- the cells between Figure 4's arms
-
-
-def figure4_pair(experiment: Experiment) -> tuple[Pair | None, str]:
-    """Figure 4's pair from ``comparisons.figure4`` (its first run is the low arm), or None with why."""
-    comparison = experiment.comparisons.get("figure4")
-    if comparison is None:
-        return None, "the configuration has no comparisons.figure4"
-    runs = list(comparison.runs)
-    missing = [r for r in runs if r not in experiment.select]
-    if len(runs) != 2 or missing:
-        return None, (f"the Figure 4 pair (comparisons.figure4: {', '.join(runs)}) is not selected in this "
-                      f"experiment ({', '.join(missing)} not in select)" if missing else
-                      "comparisons.figure4 does not name two runs")
-    a, b = (experiment.runs[r].factors for r in runs)
-    return Pair(FIGURE4, runs[0], runs[1], tuple(f for f in FACTORS if a[f] != b[f])), ""
 
 
 def _cell_runs(experiment: Experiment, levels: dict[str, Any]) -> list[str]:
@@ -334,12 +308,6 @@ def time_to_quality(epochs: pd.DataFrame, experiment: Experiment, pairs: Sequenc
 
 
 # --- the decomposition of Figure 4's gap
-
-
-def seed_values(epochs: pd.DataFrame, run: str, epoch: int, col: str) -> list[float]:
-    """``run``'s finished seeds' ``col`` at ``epoch`` (the samples of a Welch contrast)."""
-    g = epochs[(epochs["run"] == run) & (epochs["epoch"] == epoch) & (epochs["status"] == OK)][col].dropna()
-    return g.astype(float).tolist()
 
 
 def _scored_epochs(epochs: pd.DataFrame, runs: Sequence[str], col: str) -> list[int]:

@@ -39,9 +39,8 @@ import pandas as pd
 
 from ...config.settings import Experiment
 from ...errors import LnReproError
-from ...norms import NORMS
 from ...paper import PUBLISHED, SIZE_KEYS, published
-from ..numbers import sig
+from ..numbers import norm_label, sig
 from ..stats import effects as ef
 from ..stats.budget import OK, epoch_at, mean_interval
 from ..tables import grid_of
@@ -89,11 +88,6 @@ class Evidence:
     def fit_budget(self) -> str:
         """The budget the claims read the factorial fit at."""
         return self.fit_last or self.last
-
-
-def norm_label(norm: str) -> str:
-    """A norm variant as the registry labels it ("Post-LN"); an unregistered one by its name."""
-    return NORMS[norm].label if norm in NORMS else norm
 
 
 def _levels(cell: Mapping[str, Any]) -> str:
@@ -232,7 +226,7 @@ def _measure_epoch_ratio(ev: Evidence, m: Mapping[str, Any]) -> Measured:
     if not ratios:
         return Measured(scale=scale, at_scale=at_scale, note="; ".join(notes) or "no seed trained in both cells")
     w_mean, _, w_lo, w_hi = mean_interval(whole)
-    notes.append(f"at whole checkpoints {fmt(w_mean)}" + ("" if math.isnan(w_lo) else f" [{fmt(w_lo)}, {fmt(w_hi)}]")
+    notes.append(f"at whole checkpoints {sig(w_mean)}" + ("" if math.isnan(w_lo) else f" [{sig(w_lo)}, {sig(w_hi)}]")
                  + f", in steps of 1/{k}")
     unresolved = (f"seed(s) {', '.join(map(str, censored))} reach the target by the first scored checkpoint: the "
                   "ratio is an upper bound") if censored else ""
@@ -342,7 +336,7 @@ def unresolved(claim: Mapping[str, Any], m: Measured) -> str:
     than the tolerance's interval, or the measure's own reason (``Measured.unresolved``)."""
     tol = float(claim.get("tolerance", 0.0) or 0.0)
     if m.resolution and claim["kind"] in ("absolute", "relative") and m.resolution > 2 * tol:
-        return (f"the measure moves in steps of {fmt(m.resolution)}, coarser than the claim's ± {tol:g}: it cannot "
+        return (f"the measure moves in steps of {sig(m.resolution)}, coarser than the claim's ± {tol:g}: it cannot "
                 "resolve the published value")
     return m.unresolved
 
@@ -456,16 +450,11 @@ def paper_marks(experiment: Experiment, runs: list[str], split: str) -> tuple[li
     return marks, ""
 
 
-def fmt(v: float) -> str:
-    """A measured number in a sentence or a table cell: three significant digits (``numbers.sig``)."""
-    return sig(v)
-
-
 def interval_text(value: float, lo: float, hi: float, n: int) -> str:
     """"33.1 (95% interval 32.5 to 33.7, 3 seeds)", or the value with why there is no interval."""
     if math.isnan(lo):
-        return f"{fmt(value)} ({'one seed: no interval exists' if n <= 1 else 'no interval'})"
-    return f"{fmt(value)} (95% interval {fmt(lo)} to {fmt(hi)}, {n} seeds)"
+        return f"{sig(value)} ({'one seed: no interval exists' if n <= 1 else 'no interval'})"
+    return f"{sig(value)} (95% interval {sig(lo)} to {sig(hi)}, {n} seeds)"
 
 
 def claim_sentence(row: Mapping[str, Any]) -> str:
@@ -480,7 +469,7 @@ def claim_sentence(row: Mapping[str, Any]) -> str:
 
 def _share(factor: str, est: tuple[float, float, float]) -> str:
     v, lo, hi = est
-    return f"{factor} {fmt(v)}" + ("" if math.isnan(lo) else f" [{fmt(lo)}, {fmt(hi)}]")
+    return f"{factor} {sig(v)}" + ("" if math.isnan(lo) else f" [{sig(lo)}, {sig(hi)}]")
 
 
 def attribution_sentence(attr: ef.Attribution | None, metric: str, budget: str) -> str:

@@ -33,6 +33,7 @@ from ...config.settings import FACTOR_KEYS, Comparison, Experiment, RunSettings,
 from ...errors import LnReproError
 from ...io import atomic_write_text
 from ...norms import DIFFERENCE_KINDS, NORMS, Difference
+from ..aggregate import HOST_FREE_UNIT
 
 # The config key of the norm variant, and how a sentence names each kind of thing a variant changes beside it.
 NORM_KEY = FACTOR_KEYS["norm"]
@@ -54,7 +55,6 @@ FACT_MIRRORS: dict[str, str] = {"precision": "train.precision"}
 COST_FACTS: dict[str, str] = {"train_hosts": "the training hosts", "score_hosts": "the scoring hosts"}
 COST_MEASURES = ("CPU time, wall-clock, time to quality in seconds, quality at equal CPU time and tokens per "
                  "second")
-HOST_FREE_UNIT = "updates and epochs"
 
 TIME_NOTE = (
     "Comparing checkpoints is not comparing time: checkpoint k of every run is k epochs of updates, "

@@ -47,7 +47,7 @@ import pandas as pd
 
 from ...config.settings import Experiment, ReportSettings
 from ...norms import NORMS
-from ..numbers import interval, sig
+from ..numbers import interval, norm_label, sig
 from ..stats import budget as bu
 from . import claims as cl
 from .answer import MEASURES, crossing
@@ -345,7 +345,7 @@ def _cell_rate(rates: pd.DataFrame, norm: str, warmup: bool, depth: int, lr: flo
 def _cell_words(cell: tuple[str, bool, str], depth: int) -> str:
     """A claim's cell in words: "Post-LN without warm-up at 18 layers"."""
     norm, warmup, _ = cell
-    return f"{cl.norm_label(norm)} {'with' if warmup else 'without'} warm-up at {depth} layers"
+    return f"{norm_label(norm)} {'with' if warmup else 'without'} warm-up at {depth} layers"
 
 
 def _claim_rates(rates: pd.DataFrame, cells: Sequence[tuple[str, bool, str]], pick: dict[str, int]

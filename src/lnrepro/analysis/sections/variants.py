@@ -17,7 +17,7 @@ from ...config.settings import Experiment
 from ...norms import norm_variant
 from ..stats.budget import OK
 from .confounds import flatten
-from .answer import seed_values
+from ..pair import seed_values
 from ..stats.effects import welch
 
 BASES = ("post", "pre")  # the paper's two: every other variant is contrasted with both

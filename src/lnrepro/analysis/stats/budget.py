@@ -35,6 +35,8 @@ import pandas as pd
 
 from ...config.settings import ReportSettings
 from ...records import RunStatus
+from ..aggregate import COST
+from ..intervals import LEVEL, t_quantile
 
 # A seed's outcome at a budget: a checkpoint's status (lnrepro.records.RunStatus), or the budget's own.
 OK, DIVERGED, STOPPED = RunStatus.OK.value, RunStatus.DIVERGED.value, RunStatus.STOPPED.value
@@ -42,10 +44,8 @@ NOT_REACHED, MISSING = "not reached", "missing"
 FAILED = (DIVERGED, STOPPED)
 # The cost equal-cost budgets compare: the training updates' CPU-seconds, cumulative at each checkpoint (the
 # epoch manifests' cpu_s, aggregate's train_cpu_s).
-COST = "train_cpu_s"
 TO_TARGET = ("epochs_to_target", "cpu_s_to_target")
 OBS_COLUMNS = ["run", "seed", "budget", "metric", "value", "outcome"]
-LEVEL = 0.95  # every interval of the report: 95%, t over seeds
 
 
 @dataclass(frozen=True)
@@ -171,16 +171,6 @@ _LOGIT_OFFSET = 0.5
 def is_bleu(metric: str) -> bool:
     """A BLEU column (tokenized or sacreBLEU), bounded by [0, 100]."""
     return metric.endswith("bleu_tok") or metric.endswith("sacrebleu")
-
-
-def t_quantile(df: float, level: float = LEVEL) -> float:
-    """The two-sided ``level`` quantile of Student's t with ``df`` degrees of freedom (NaN without any).
-
-    scipy.special.stdtrit is the function scipy.stats.t.ppf calls; importing scipy.stats would cost the gradinit
-    job about a second."""
-    from scipy import special
-
-    return float(special.stdtrit(df, 0.5 + level / 2)) if df > 0 and math.isfinite(df) else math.nan
 
 
 def mean_interval(values: Sequence[float], level: float = LEVEL,

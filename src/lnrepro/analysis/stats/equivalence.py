@@ -1,6 +1,6 @@
 """Whether Figure 4's arms end as good as each other (one job: the equivalence tests at the last epoch).
 
-For ``comparisons.figure4``'s runs (``answer.figure4_pair``: the first, Post-LN with warm-up, is arm a; the
+For ``comparisons.figure4``'s runs (``pair.figure4_pair``: the first, Post-LN with warm-up, is arm a; the
 second, Pre-LN without warm-up, arm b), per metric of ``analysis.report.equivalence_margins`` (tokenized BLEU,
 validation NLL in bits) on every split scored at the last epoch (the headline split first):
 
@@ -27,10 +27,9 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ...config.settings import Experiment
-from ..sections.answer import Pair, figure4_pair, seed_values
-from ..numbers import sig, signed
+from ..pair import Pair, figure4_pair, seed_values
+from ..numbers import norm_label, sig, signed
 from .budget import DID_NOT_TRAIN, FAILED, LEVEL, epoch_label, t_quantile
-from ..sections.claims import fmt, norm_label
 from .effects import welch
 
 ALPHA = 0.05  # the two one-sided tests' level: equivalent when both reject at 5% (the 90% interval within the margin)
@@ -192,12 +191,12 @@ def resolution_sentence(r: pd.Series) -> str:
     if not math.isfinite(r["half_width_90"]):
         return head + ": too few seeds for an interval."
     largest = r["largest_equivalent"]
-    can = (f"so the margin ±{fmt(r['margin'])} {unit} ({_key(r['metric'])}) can establish equivalence only for a "
-           f"true difference under {fmt(float(largest))} {unit}" if largest != NONE else
-           f"as wide as the margin ±{fmt(r['margin'])} {unit} ({_key(r['metric'])}) or wider: with these seeds no "
+    can = (f"so the margin ±{sig(r['margin'])} {unit} ({_key(r['metric'])}) can establish equivalence only for a "
+           f"true difference under {sig(float(largest))} {unit}" if largest != NONE else
+           f"as wide as the margin ±{sig(r['margin'])} {unit} ({_key(r['metric'])}) or wider: with these seeds no "
            "true difference can be established as equivalent (none)")
-    return (f"{head}, a pooled seed standard deviation of {fmt(r['pooled_sd'])} {unit}; the 90% interval of the "
-            f"difference is expected to reach ±{fmt(r['half_width_90'])} {unit} around it, {can}.")
+    return (f"{head}, a pooled seed standard deviation of {sig(r['pooled_sd'])} {unit}; the 90% interval of the "
+            f"difference is expected to reach ±{sig(r['half_width_90'])} {unit} around it, {can}.")
 
 
 def result_sentence(r: pd.Series) -> str:
@@ -208,8 +207,8 @@ def result_sentence(r: pd.Series) -> str:
     head = f"{words[0].upper()}{words[1:]} at epoch {int(r['epoch'])}, {b} minus {a}: {diff}"
     if not math.isfinite(r["ci90_low"]):
         return f"{head}; {r['note']}, so {r['verdict']}."
-    return (f"{head}, 90% Welch interval {fmt(r['ci90_low'])} to {fmt(r['ci90_high'])}. Its 95% interval runs from "
-            f"{fmt(r['ci95_low'])} to {fmt(r['ci95_high'])}. Two one-sided tests against ±{fmt(r['margin'])} {unit} "
+    return (f"{head}, 90% Welch interval {sig(r['ci90_low'])} to {sig(r['ci90_high'])}. Its 95% interval runs from "
+            f"{sig(r['ci95_low'])} to {sig(r['ci95_high'])}. Two one-sided tests against ±{sig(r['margin'])} {unit} "
             f"give p = {sig(r['tost_p'])}, so {r['verdict']}: equivalent when p < {ALPHA:g}, different when the 95% "
             "interval excludes 0 and the 90% interval is not within the margin.")
 
@@ -233,13 +232,13 @@ def view(table: pd.DataFrame) -> pd.DataFrame:
     largest difference the margin can establish), then the difference with its intervals, the test and verdict."""
 
     def interval(lo: float, hi: float) -> str:
-        return f"[{fmt(lo)}, {fmt(hi)}]" if math.isfinite(lo) else "—"
+        return f"[{sig(lo)}, {sig(hi)}]" if math.isfinite(lo) else "—"
 
     return pd.DataFrame([{
-        "metric": r.metric, "seeds (b / a)": f"{r.n_b} / {r.n_a}", "pooled sd": fmt(r.pooled_sd),
-        "margin": f"±{fmt(r.margin)}", "expected 90% half-width": fmt(r.half_width_90),
+        "metric": r.metric, "seeds (b / a)": f"{r.n_b} / {r.n_a}", "pooled sd": sig(r.pooled_sd),
+        "margin": f"±{sig(r.margin)}", "expected 90% half-width": sig(r.half_width_90),
         "largest equivalent": (r.largest_equivalent if isinstance(r.largest_equivalent, str)
-                               else fmt(r.largest_equivalent)),
+                               else sig(r.largest_equivalent)),
         "b - a": signed(r.difference) if math.isfinite(r.difference) else "—",
         "90% Welch": interval(r.ci90_low, r.ci90_high), "95% Welch": interval(r.ci95_low, r.ci95_high),
         "TOST p": sig(r.tost_p), "verdict": r.verdict}
