@@ -4,9 +4,9 @@ Studies run in parts on different machines, and a CPU's model name does not say 
 hosts that both report "AMD EPYC" may be one AVX2-only and one with AVX-512. ``host_identity`` records the
 model name, the vector and matrix extensions the CPU has (``CPU_FLAGS``, from /proc/cpuinfo), the job's thread
 count and an fp32 square matmul peak measured at the job's start (``matmul``, which the bench's MFU times too,
-best of a few repetitions; about a tenth of a CPU-second). ``host_key`` is the part that decides whether two jobs' costs
-compare: the flags and the threads, not the model name (it hides the flags) nor the measured peak (it moves
-with whatever else runs on the machine). Torch is imported only to measure, so the report reads keys without it.
+best of a few repetitions; about a tenth of a CPU-second). ``host_key`` is the part that decides whether two
+jobs' costs compare: the flags and the threads, not the model name (it hides the flags) nor the measured peak
+(it moves with whatever else runs on the machine). Torch is imported only to measure, so the report reads keys without it.
 """
 
 from __future__ import annotations

@@ -33,11 +33,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ...config.settings import FACTOR_KEYS, Experiment
+from ...config.settings import Experiment
 from .budget import FAILED, LEVEL, MISSING, NOT_REACHED, OK
+from ..pair import FACTORS
 from ..tables import grid_of
 
-FACTORS: tuple[str, ...] = tuple(FACTOR_KEYS)
 # Each factor's (low, high) level: coded -1 and +1.
 LEVELS: dict[str, tuple[Any, Any]] = {"norm": ("post", "pre"), "warmup": (False, True), "decay": ("isqrt", "step")}
 LEVEL_WORDS = {"norm": ("post", "pre"), "warmup": ("off", "on"), "decay": ("isqrt", "step")}
